@@ -1,0 +1,480 @@
+"""Byte DFA x vocabulary -> the token table: next_state[s, t] for every state and token.
+
+The table is the artifact everything stands on. Stored plainly, S x V int32 for the default
+registry on a 32000-token vocabulary would be hundreds of MB; but almost all columns repeat.
+Two tokens whose columns are equal everywhere can share one, so the table is stored as
+
+    token_class  int32 [V]      the column each token uses
+    class_next   int16 [S, C]   next state (-1 = illegal); int32 if S does not fit in int16
+
+with C in the low hundreds: kept dense on the device, so a decoding step is two gathers.
+
+How the columns are found without ever building S x V:
+  * literal states (a few hundred) are simulated byte by byte, but only on the tokens that
+    survive their first byte (grouped by first byte), so the work is the number of live
+    (state, token) pairs, not S x V;
+  * value states are regular: from (n, u) a token either stays inside the value (its leading
+    run of body bytes is all of it: n grows by its length, u moves by its UTF-8 effect) or
+    closes the value at its first quote and the rest of it runs from the literal after that
+    quote, or is illegal. So a token's behaviour on every value state is fixed by a short
+    signature: (kind, run length, UTF-8 effect per sub-state, result after the quote).
+Tokens with equal signatures (and equal literal columns) get one class; the table is then
+filled for one representative per class, and equal columns are merged once more at the end.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import utf8 as U
+from .dfa import ByteDFA, build_byte_dfa
+from .grammar import QUOTE, tool_paths
+from .registry import ToolRegistry
+
+CACHE_FORMAT = "batchmask-grammar/1"
+
+# Value-state signature kinds of a token.
+_EMPTY, _BODY, _CLOSES, _BREAKS = 0, 1, 2, 3
+
+
+class GrammarCacheError(ValueError):
+    """A compiled-grammar cache file is corrupt or was built for something else."""
+
+
+def _token_matrix(token_bytes: list[bytes], device) -> tuple[torch.Tensor, torch.Tensor]:
+    """uint8 [V, L] right-padded token bytes and int64 [V] lengths, built without a loop over V."""
+    lengths = np.fromiter((len(b) for b in token_bytes), dtype=np.int64, count=len(token_bytes))
+    L = max(int(lengths.max(initial=0)), 1)
+    flat = np.frombuffer(b"".join(token_bytes), dtype=np.uint8)
+    mat = np.zeros((len(token_bytes), L), dtype=np.uint8)
+    rows = np.repeat(np.arange(len(token_bytes)), lengths)
+    cols = np.arange(len(flat)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    mat[rows, cols] = flat
+    return torch.from_numpy(mat).to(device), torch.from_numpy(lengths).to(device)
+
+
+def _run_tokens(delta: torch.Tensor, bytes_: torch.Tensor, lengths: torch.Tensor,
+                start: torch.Tensor, tok: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
+    """Feed token `tok[p]` from byte `offset[p]` on, starting in state `start[p]`.
+
+    delta int64 [S, 256]; start/tok/offset int64 [P]. Returns int64 [P]: the state after the
+    token's last byte, or -1. Only live pairs are carried from one byte to the next.
+    """
+    out = torch.full_like(start, -1)
+    idx = torch.arange(len(start), device=start.device)
+    state, pos = start.clone(), offset.clone()
+    ended = pos >= lengths[tok]                    # nothing left to feed: stays where it is
+    out[idx[ended]] = state[ended]
+    live = ~ended & (state >= 0)
+    idx, state, pos, t = idx[live], state[live], pos[live], tok[live]
+    while len(idx):
+        state = delta[state, bytes_[t, pos].long()]
+        pos = pos + 1
+        fin = pos >= lengths[t]
+        out[idx[fin]] = state[fin]
+        keep = ~fin & (state >= 0)
+        idx, state, pos, t = idx[keep], state[keep], pos[keep], t[keep]
+    return out
+
+
+def _literal_columns(dfa: ByteDFA, delta: torch.Tensor, bytes_: torch.Tensor, lengths: torch.Tensor):
+    """Where each token leads from each literal state, as sparse (state, token, next) triples.
+
+    Only tokens whose first byte is one a literal state accepts are simulated: the pairs are
+    built per (literal state, accepted byte) edge from tokens grouped by first byte.
+    """
+    dev = bytes_.device
+    V = bytes_.shape[0]
+    first = torch.where(lengths > 0, bytes_[:, 0].long(), torch.full_like(lengths, 256))
+    order = torch.argsort(first, stable=True)                    # tokens grouped by first byte
+    counts = torch.bincount(first, minlength=257)[:256]          # [256]
+    starts = torch.cumsum(counts, 0) - counts
+    edges = torch.tensor([(s, b, t) for (s, b), t in dfa.lit_edges.items()], dtype=torch.int64,
+                         device=dev).reshape(-1, 3)
+    n_per_edge = counts[edges[:, 1]]                             # [E]
+    edge_of_pair = torch.repeat_interleave(torch.arange(len(edges), device=dev), n_per_edge)
+    rank = torch.arange(len(edge_of_pair), device=dev) - torch.repeat_interleave(
+        torch.cumsum(n_per_edge, 0) - n_per_edge, n_per_edge)
+    tok = order[starts[edges[edge_of_pair, 1]] + rank]           # [P]
+    src = edges[edge_of_pair, 0]
+    nxt = _run_tokens(delta, bytes_, lengths, edges[edge_of_pair, 2], tok, torch.ones_like(tok))
+    ok = nxt >= 0
+    return src[ok], tok[ok], nxt[ok]
+
+
+def _value_signature(dfa: ByteDFA, delta, bytes_, lengths, body: torch.Tensor):
+    """Per token: kind, run length, UTF-8 effect [Ub, V], and the state after a closing quote per block."""
+    dev = bytes_.device
+    V, L = bytes_.shape
+    Ub = body.shape[0]
+    pos = torch.arange(L, device=dev)
+    in_token = pos[None, :] < lengths[:, None]                               # [V, L]
+    is_body = (body >= 0).any(0)                                             # [256]
+    bodyish = is_body[bytes_.long()] & in_token                              # [V, L]
+    run = torch.cumprod(bodyish.to(torch.int8), 1).sum(1)                    # [V] leading body bytes
+    stop = bytes_[torch.arange(V, device=dev), run.clamp(max=L - 1)].long()  # byte after the run
+    kind = torch.where(lengths == 0, _EMPTY,
+                       torch.where(run == lengths, _BODY,
+                                   torch.where(stop == QUOTE, _CLOSES, _BREAKS)))
+    # UTF-8 effect of the run from every sub-state: [Ub, V], -1 if the run is not well formed.
+    # An empty run changes nothing; an ASCII run is legal only between characters and ends
+    # between characters. Only runs holding bytes >= 0x80 need the automaton.
+    eff = torch.where(run[None, :] == 0, torch.arange(Ub, device=dev)[:, None],
+                      torch.where(torch.arange(Ub, device=dev)[:, None] == U.BOUNDARY, U.BOUNDARY, -1))
+    high = torch.nonzero(((bytes_ >= 0x80) & (pos[None, :] < run[:, None])).any(1)).flatten()
+    if Ub > 1 and len(high):
+        sink = torch.cat([body, torch.full((1, 256), -1, dtype=body.dtype, device=dev)])  # row Ub: dead
+        sub = torch.arange(Ub, device=dev)[:, None].expand(Ub, len(high)).clone()      # [Ub, H]
+        hb, hrun = bytes_[high].long(), run[high]
+        for i in range(int(hrun.max())):
+            step = sink[torch.where(sub >= 0, sub, Ub), hb[:, i][None, :].expand_as(sub)]
+            sub = torch.where((i < hrun)[None, :], step, sub)
+        eff[:, high] = sub
+    # After a closing quote the token's remainder runs from the block's post-quote state.
+    closers = torch.nonzero(kind == _CLOSES).flatten()
+    after = torch.full((len(dfa.blocks), V), -1, dtype=torch.int64, device=dev)
+    for k, blk in enumerate(dfa.blocks):     # a loop over blocks (a handful), not over tokens
+        after[k, closers] = _run_tokens(delta, bytes_, lengths,
+                                        torch.full_like(closers, blk.after_quote), closers, run[closers] + 1)
+    return kind, run, eff, after
+
+
+def _value_rows(dfa: ByteDFA, kind, run, eff, after, dev) -> torch.Tensor:
+    """int64 [n_value_states, C]: next state from every value state for C class representatives."""
+    pending = torch.as_tensor(U.PENDING[: dfa.num_substates], device=dev)
+    rows = []
+    for k, blk in enumerate(dfa.blocks):
+        ns = torch.as_tensor(blk.ns, device=dev)[:, None]                    # [Nb, 1]
+        us = torch.as_tensor(blk.us, device=dev)[:, None]                    # [Nb, 1]
+        grid = torch.as_tensor(blk.grid, device=dev)
+        e = eff[us.squeeze(1)]                                               # [Nb, C] sub-state after the run
+        n2 = ns + run[None, :]                                               # [Nb, C] bytes after the run
+        # Stays in the value: well formed, and its last character fits under the cap.
+        stays = (kind[None, :] == _BODY) & (e >= 0) & (n2 + pending[e.clamp(min=0)] <= blk.max)
+        inside = grid[n2.clamp(max=blk.max), e.clamp(min=0)]
+        # Closes the value: at a character boundary, with the minimum met, then the rest fits.
+        closes = ((kind[None, :] == _CLOSES) & (e == U.BOUNDARY) & (n2 >= blk.min) & (n2 <= blk.max)
+                  & (after[k][None, :] >= 0))
+        rows.append(torch.where(stays, inside, torch.where(closes, after[k][None, :].expand_as(n2), -1)))
+    return torch.cat(rows) if rows else torch.empty((0, kind.shape[0]), dtype=torch.int64, device=dev)
+
+
+def _classes_of(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Group equal rows of int64 [V, K]: (class id per row [V], first row of each class [C]).
+
+    `torch.unique(dim=0)` sorts rows lexicographically and is slow (~0.1 s for 32000 rows
+    here), so each row is first folded into two exact integer dot products with random
+    weights (no overflow: the bound is checked) and grouped by a 1-D unique; then every row
+    is compared with its class's first row, and only if a collision shows up do we pay for
+    the exact row sort.
+    """
+    dev = keys.device
+    V, K = keys.shape
+    if V == 0:
+        return torch.zeros(0, dtype=torch.int64, device=dev), torch.zeros(0, dtype=torch.int64, device=dev)
+    shifted = keys - keys.min()                                   # [V, K] >= 0
+    top = int(shifted.max()) + 1
+    gen = torch.Generator().manual_seed(K)
+    weights = torch.randint(1, 1 << 20, (K, 2), generator=gen).to(dev)
+    if top * (1 << 20) * K < (1 << 62) and K > 1:
+        h = shifted @ weights                                     # [V, 2] exact int64
+        key1d = h[:, 0] * (1 << 21) + torch.remainder(h[:, 1], 1 << 21) if int(h.max()) < (1 << 41) \
+            else h[:, 0] ^ (h[:, 1] << 17)
+        _, inverse = torch.unique(key1d, return_inverse=True)
+    else:
+        _, inverse = torch.unique(keys[:, 0] if K == 1 else keys, dim=None if K == 1 else 0, return_inverse=True)
+    rep = _first_of_each(inverse)
+    if not torch.equal(keys, keys[rep[inverse]]):                # a hash collision: do it exactly
+        _, inverse = torch.unique(keys, dim=0, return_inverse=True)
+        rep = _first_of_each(inverse)
+    return inverse, rep
+
+
+def _first_of_each(inverse: torch.Tensor) -> torch.Tensor:
+    C = int(inverse.max()) + 1
+    rep = torch.full((C,), len(inverse), dtype=torch.int64, device=inverse.device)
+    return rep.scatter_reduce_(0, inverse, torch.arange(len(inverse), device=inverse.device), reduce="amin")
+
+
+@dataclass
+class CompileStats:
+    seconds: float = 0.0
+    lit_states: int = 0
+    value_blocks: int = 0
+
+
+def compile_grammar(registry: ToolRegistry, tokenizer, max_string: int = 256, utf8: bool = True,
+                    device="cpu") -> "CompiledGrammar":
+    """Compile `registry` against `tokenizer`'s vocabulary into a CompiledGrammar on `device`.
+
+    `tokenizer` needs `token_bytes` (list[bytes], b"" for ids with no text), `eos_id`, and
+    optionally `vocab_hash()`.
+    """
+    t0 = time.perf_counter()
+    dev = torch.device(device)
+    paths = tool_paths(registry, max_string)
+    dfa, delta_np = build_byte_dfa(paths, utf8=utf8)
+    token_bytes = list(tokenizer.token_bytes)
+    eos_id = int(tokenizer.eos_id)
+    V = len(token_bytes)
+    if not 0 <= eos_id < V:
+        raise ValueError(f"eos_id {eos_id} is outside the vocabulary (size {V})")
+    token_bytes[eos_id] = b""          # EOS carries no text: it is handled as its own class
+    bytes_, lengths = _token_matrix(token_bytes, dev)
+    delta = torch.as_tensor(delta_np, device=dev)
+    body = torch.as_tensor(U.body_table(utf8), device=dev)
+    S_dfa, n_lit = dfa.num_states, dfa.num_lit
+
+    # Literal states: sparse triples, then a dense [n_lit, V] only in compact form for the key.
+    src, tok, nxt = _literal_columns(dfa, delta, bytes_, lengths)
+    kind, run, eff, after = _value_signature(dfa, delta, bytes_, lengths, body)
+
+    # Literal part of the key: tokens live in some literal state get an id per distinct column.
+    lit_id = torch.zeros(V, dtype=torch.int64, device=dev)
+    active = torch.unique(tok)
+    if len(active):
+        pos = torch.searchsorted(active, tok)
+        cols = torch.full((len(active), n_lit), -1, dtype=torch.int64, device=dev)
+        cols[pos, src] = nxt
+        lit_id[active] = _classes_of(cols)[0] + 1
+    special = torch.zeros(V, dtype=torch.int64, device=dev)
+    special[eos_id] = 1
+    keys = torch.cat([torch.stack([special, lit_id, kind, run], 1), eff.T, after.T], 1)   # [V, K]
+    token_class, rep = _classes_of(keys)
+    C = len(rep)
+
+    # Fill the table for one representative per class.
+    table = torch.full((S_dfa + 1, C), -1, dtype=torch.int64, device=dev)       # + done state
+    done = S_dfa
+    rep_pos = torch.full((V,), -1, dtype=torch.int64, device=dev)
+    rep_pos[rep] = torch.arange(C, device=dev)
+    sel = rep_pos[tok] >= 0
+    table[src[sel], rep_pos[tok[sel]]] = nxt[sel]
+    table[n_lit:dfa.final] = _value_rows(dfa, kind[rep], run[rep], eff[:, rep], after[:, rep], dev)
+    eos_class = int(token_class[eos_id])
+    table[dfa.final, eos_class] = done          # a complete call allows EOS and nothing else
+    table[done, eos_class] = done               # and a finished row stays finished
+
+    class_size = torch.bincount(token_class, minlength=C)
+    table = _prune_dead_ends(table, class_size, final_states=(dfa.final, done))
+    # Merge classes whose columns came out equal (signatures are sufficient, not necessary).
+    merged, col_rep = _classes_of(table.T.contiguous())
+    table = table[:, col_rep]
+    token_class = merged[token_class]
+    class_size = torch.bincount(token_class, minlength=table.shape[1])
+
+    store = torch.int16 if S_dfa + 1 <= torch.iinfo(torch.int16).max else torch.int32
+    g = CompiledGrammar(
+        token_class=token_class.to(torch.int32),
+        class_next=table.to(store),
+        legal_count=((table >= 0).to(torch.int64) @ class_size).to(torch.int32),
+        final=torch.zeros(S_dfa + 1, dtype=torch.bool, device=dev).index_fill_(
+            0, torch.tensor([dfa.final, done], device=dev), True),
+        start=0, eos_id=eos_id, done_state=done,
+        token_bytes=list(tokenizer.token_bytes),
+        finish_table=_finish_table(dfa),
+        meta=_meta(registry, tokenizer, max_string, utf8),
+        dfa=dfa,
+    )
+    g.compile_seconds = time.perf_counter() - t0
+    return g
+
+
+def _prune_dead_ends(table: torch.Tensor, class_size: torch.Tensor, final_states) -> torch.Tensor:
+    """Cut every transition into a state from which no token sequence reaches the end.
+
+    With a vocabulary that has every single byte this changes nothing; with one that lacks
+    some, it keeps a row from being steered into a state it can never leave (the DFA is
+    acyclic apart from `done`, so repeating until nothing changes is exact).
+    """
+    keep = torch.zeros(table.shape[0], dtype=torch.bool, device=table.device)
+    keep[list(final_states)] = True
+    while True:
+        live = (table >= 0) & (class_size > 0)[None, :]
+        dead = ~live.any(1) & ~keep
+        if not dead.any():
+            return table
+        into_dead = (table >= 0) & dead[table.clamp(min=0)]
+        if not into_dead.any():
+            return table
+        table = torch.where(into_dead, torch.full_like(table, -1), table)
+        keep = keep | dead          # already cut off: don't count them again
+
+
+def _finish_table(dfa: ByteDFA) -> dict:
+    """Owed bytes for the literal states; value states are computed on demand."""
+    return {s: dfa.finish_bytes(s) for s in range(dfa.num_lit)}
+
+
+def _meta(registry, tokenizer, max_string, utf8) -> dict:
+    vocab_hash = tokenizer.vocab_hash() if hasattr(tokenizer, "vocab_hash") else _hash_vocab(
+        tokenizer.token_bytes, tokenizer.eos_id)
+    return {"format": CACHE_FORMAT, "registry": registry.grammar_key(), "max_string": max_string,
+            "utf8": bool(utf8), "vocab_hash": vocab_hash, "vocab_size": len(tokenizer.token_bytes)}
+
+
+def _hash_vocab(token_bytes, eos_id) -> str:
+    import hashlib
+    lengths = np.fromiter((len(b) for b in token_bytes), dtype=np.int64, count=len(token_bytes))
+    h = hashlib.sha256(lengths.tobytes())
+    h.update(b"".join(token_bytes))
+    h.update(int(eos_id).to_bytes(8, "little"))
+    return h.hexdigest()
+
+
+class CompiledGrammar:
+    """The compiled tool-call grammar: a token-class transition table on one device."""
+
+    def __init__(self, token_class, class_next, legal_count, final, start, eos_id, done_state,
+                 token_bytes, finish_table, meta, dfa=None):
+        self.token_class = token_class          # int32 [V]
+        self.class_next = class_next            # int16/int32 [S, C], -1 = illegal
+        self.legal_count = legal_count          # int32 [S]
+        self.final = final                      # bool [S]
+        self.start = int(start)
+        self.eos_id = int(eos_id)
+        self.done_state = int(done_state)
+        self.token_bytes = token_bytes
+        self._finish = finish_table             # {literal state: owed bytes}
+        self.meta = meta
+        self.dfa = dfa
+        self.compile_seconds = 0.0
+
+    # --- shape ------------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return self.class_next.device
+
+    @property
+    def num_states(self) -> int:
+        return self.class_next.shape[0]
+
+    @property
+    def num_classes(self) -> int:
+        return self.class_next.shape[1]
+
+    @property
+    def vocab_size(self) -> int:
+        return self.token_class.shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.element_size() * t.numel()
+                   for t in (self.token_class, self.class_next, self.legal_count, self.final))
+
+    def to(self, device) -> "CompiledGrammar":
+        g = CompiledGrammar(self.token_class.to(device), self.class_next.to(device), self.legal_count.to(device),
+                            self.final.to(device), self.start, self.eos_id, self.done_state, self.token_bytes,
+                            self._finish, self.meta, self.dfa)
+        g.compile_seconds = self.compile_seconds
+        return g
+
+    # --- queries (vectorised, on the grammar's device) ----------------------------------------
+    def _states(self, states) -> torch.Tensor:
+        s = torch.as_tensor(states, device=self.device).long()
+        if s.numel() and (int(s.min()) < 0 or int(s.max()) >= self.num_states):
+            raise IndexError(f"state out of range [0, {self.num_states})")
+        return s
+
+    def next_state(self, states, tokens) -> torch.Tensor:
+        """LongTensor: the state after each token, -1 where the token is illegal."""
+        s = self._states(states)
+        t = torch.as_tensor(tokens, device=self.device).long()
+        in_vocab = (t >= 0) & (t < self.vocab_size)
+        cls = self.token_class[t.clamp(0, self.vocab_size - 1)].long()
+        nxt = self.class_next[s, cls].long()
+        return torch.where(in_vocab, nxt, torch.full_like(nxt, -1))
+
+    def allowed(self, states) -> torch.Tensor:
+        """BoolTensor [n, V]: which tokens are legal in each state."""
+        s = self._states(states).reshape(-1)
+        return self.class_next[s][:, self.token_class.long()] >= 0
+
+    def is_final(self, states) -> torch.Tensor:
+        return self.final[self._states(states)]
+
+    def legal_counts(self, states) -> torch.Tensor:
+        return self.legal_count[self._states(states)]
+
+    # --- host-side helpers -------------------------------------------------------------------
+    def finish_bytes(self, state: int) -> bytes:
+        """Bytes still owed from `state` for the shortest complete call ('?' fill)."""
+        state = int(state)
+        if state == self.done_state or bool(self.final[state]):
+            return b""
+        if state in self._finish:
+            return self._finish[state]
+        if self.dfa is None:
+            raise RuntimeError("finish needs the DFA description (compile or load the grammar)")
+        return self.dfa.finish_bytes(state)
+
+    def finish_text(self, state: int) -> str:
+        return self.finish_bytes(state).decode("utf-8", errors="surrogateescape")
+
+    def describe(self, state: int) -> list:
+        state = int(state)
+        if state == self.done_state:
+            return ["done"]
+        return self.dfa.describe(state)
+
+    # --- cache -------------------------------------------------------------------------------
+    def save(self, path) -> None:
+        payload = {"meta": self.meta, "token_class": self.token_class.cpu(), "class_next": self.class_next.cpu(),
+                   "legal_count": self.legal_count.cpu(), "final": self.final.cpu(), "start": self.start,
+                   "eos_id": self.eos_id, "done_state": self.done_state}
+        torch.save(payload, Path(path))
+
+    @classmethod
+    def load(cls, path, device="cpu", registry: ToolRegistry | None = None, tokenizer=None,
+             max_string: int | None = None, utf8: bool | None = None) -> "CompiledGrammar":
+        """Load a cache file. With `registry`/`tokenizer` (and options) given, refuse a file built for others."""
+        path = Path(path)
+        try:
+            payload = torch.load(path, map_location="cpu", weights_only=True)
+        except FileNotFoundError:
+            raise GrammarCacheError(f"{path}: grammar cache not found") from None
+        except Exception as e:  # torch raises many kinds on a corrupt zip/pickle
+            raise GrammarCacheError(f"{path}: not a readable grammar cache ({type(e).__name__}: {e})") from None
+        if not isinstance(payload, dict) or payload.get("meta", {}).get("format") != CACHE_FORMAT:
+            raise GrammarCacheError(f"{path}: not a batchmask grammar cache (expected format {CACHE_FORMAT!r})")
+        meta = payload["meta"]
+        if tokenizer is None:
+            raise GrammarCacheError(f"{path}: loading needs the tokenizer it was built for")
+        expect = _meta(registry if registry is not None else _registry_from_key(meta["registry"]),
+                       tokenizer, meta["max_string"] if max_string is None else max_string,
+                       meta["utf8"] if utf8 is None else utf8)
+        for field_ in ("registry", "max_string", "utf8", "vocab_hash", "vocab_size"):
+            if meta.get(field_) != expect[field_]:
+                got, want = meta.get(field_), expect[field_]
+                if field_ == "vocab_hash":
+                    got, want = str(got)[:12] + "...", str(want)[:12] + "..."
+                raise GrammarCacheError(f"{path}: built for another {field_}: file has {got!r}, expected {want!r}")
+        t = {k: payload[k] for k in ("token_class", "class_next", "legal_count", "final")}
+        S, C = t["class_next"].shape
+        if (t["token_class"].shape != (meta["vocab_size"],) or t["legal_count"].shape != (S,)
+                or t["final"].shape != (S,) or int(t["token_class"].max()) >= C
+                or int(t["class_next"].max()) >= S or int(t["class_next"].min()) < -1):
+            raise GrammarCacheError(f"{path}: corrupt grammar cache (tables have inconsistent shapes or values)")
+        # The DFA description (for finish/describe) is cheap to rebuild from the registry.
+        reg = registry if registry is not None else _registry_from_key(meta["registry"])
+        dfa, _ = build_byte_dfa(tool_paths(reg, meta["max_string"]), utf8=meta["utf8"])
+        if dfa.num_states + 1 != S:
+            raise GrammarCacheError(f"{path}: corrupt grammar cache ({S} states, the registry gives "
+                                    f"{dfa.num_states + 1})")
+        return cls(t["token_class"].to(device), t["class_next"].to(device), t["legal_count"].to(device),
+                   t["final"].to(device), payload["start"], payload["eos_id"], payload["done_state"],
+                   list(tokenizer.token_bytes), _finish_table(dfa), meta, dfa)
+
+    def __repr__(self) -> str:
+        return (f"CompiledGrammar(states={self.num_states}, classes={self.num_classes}, vocab={self.vocab_size}, "
+                f"bytes={self.nbytes}, device={self.device})")
+
+
+def _registry_from_key(key) -> ToolRegistry:
+    from .registry import Tool, ToolArg
+    return ToolRegistry([Tool(name, "", tuple(ToolArg(a) for a in args)) for name, args in key])

@@ -1,0 +1,62 @@
+"""Registry -> one linear path of segments per tool.
+
+A call is `{"tool":"NAME","args":{"K1":"V1","K2":"V2"}}`. The machine writes every key and
+every piece of punctuation itself; the model only ever fills the values. Each tool is one
+path of two kinds of segment:
+
+    Lit(text)  exactly these bytes
+    Str        a value: body bytes only, at least `min` and at most `max` of them. The
+               closing quote belongs to the *next* literal, so the end of a value needs no
+               lookahead: a quote simply cannot stay in the body.
+
+For calc that is  Lit('{"tool":"calc","args":{"expr":"')  Str  Lit('"}}').
+A tool with no required args is the single literal '{"tool":"NAME","args":{}}'.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .registry import ToolRegistry
+
+QUOTE = 0x22
+BACKSLASH = 0x5C
+
+
+@dataclass(frozen=True)
+class Lit:
+    text: bytes
+
+
+@dataclass(frozen=True)
+class Str:
+    min: int
+    max: int
+
+
+Segment = Lit | Str
+
+
+def tool_path(name: str, arg_names: list[str], max_string: int, min_string: int = 1) -> tuple[Segment, ...]:
+    head = '{"tool":"%s","args":{' % name
+    if not arg_names:
+        return (Lit((head + "}}").encode()),)
+    segs: list[Segment] = []
+    for i, arg in enumerate(arg_names):
+        opener = (head + '"%s":"' % arg) if i == 0 else ('","%s":"' % arg)
+        segs.append(Lit(opener.encode()))
+        # min 1: a required argument may not be empty -- an empty value is a missing one.
+        segs.append(Str(min_string, max_string))
+    segs.append(Lit(b'"}}'))
+    return tuple(segs)
+
+
+def tool_paths(registry: ToolRegistry, max_string: int) -> list[tuple[Segment, ...]]:
+    """One path per tool, in registry order (the order `finish` breaks ties by)."""
+    if not isinstance(max_string, int) or max_string < 1:
+        raise ValueError(f"max_string must be an integer >= 1 (a value holds at least 1 byte), got {max_string!r}")
+    return [tool_path(t.name, [a.name for a in t.required_args], max_string) for t in registry]
+
+
+def is_body_byte(b: int) -> bool:
+    """Bytes a value may hold: printable, no quote, no backslash -- so no escapes, ever."""
+    return b >= 0x20 and b != QUOTE and b != BACKSLASH
