@@ -1,0 +1,248 @@
+"""The generation loop: tasks in, one tool call per task out, continuously batched.
+
+Each of the B batch slots holds one task at a time. Per step, for the whole batch at once:
+
+    tokens = masker.sample(logits)        mask + sample + advance (free arm: plain sampling)
+    logits = model.decode(tokens)         one token per row, each at its own position
+
+A slot whose row has finished (EOS, or its token ceiling) is emptied and refilled with the
+next task at once (its KV rows and grammar state reset), so a long call does not hold the
+batch back. Results are handed out in input order as soon as every earlier task is done.
+
+The only host work per step is reading one bool per row (which slots finished) to schedule
+refills; the masking, sampling and grammar bookkeeping stay on the device.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import numpy as np
+import torch
+
+from models import sampling
+
+from .masker import BatchMasker
+from .prompt import parse_call, render_prompt
+from .registry import ToolRegistry
+
+
+class GenerationError(ValueError):
+    """A task cannot be run as given (for example, its prompt does not fit the model's context)."""
+
+
+@dataclass
+class GenerationConfig:
+    batch_size: int = 16
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    constrain: bool = True
+    continuous: bool = True          # False: refill only when the whole batch is done (static batching)
+    record_counts: bool = False      # keep each token's legal count (for --show)
+
+
+@dataclass
+class Result:
+    index: int
+    task: str
+    text: str
+    call: dict | None
+    error: str | None
+    tokens: int
+    cut: bool
+    seconds: float
+    legal_counts: list[int] | None = None
+    token_ids: list[int] | None = None
+    raw: bytes = b""                 # the exact bytes written (text is their UTF-8 decoding)
+
+    def record(self) -> dict:
+        return {"index": self.index, "task": self.task, "text": self.text, "call": self.call, "error": self.error,
+                "tokens": self.tokens, "cut": self.cut, "seconds": round(self.seconds, 4)}
+
+
+@dataclass
+class RunStats:
+    tasks: int = 0
+    tokens: int = 0                  # sampled tokens that belong to a task (EOS included)
+    steps: int = 0                   # decode steps of the whole batch
+    seconds: float = 0.0
+    prefill_tokens: int = 0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+
+def encode_prompts(tasks: list[str], tokenizer, registry: ToolRegistry, seq_len: int) -> list[list[int]]:
+    """Tokenise every prompt up front, so a task that cannot fit fails before any output."""
+    prompts = []
+    for i, task in enumerate(tasks):
+        ids = tokenizer.encode(render_prompt(registry, task), bos=True)
+        if len(ids) >= seq_len:
+            raise GenerationError(f"task {i}: prompt is {len(ids)} tokens but the model's context (seq_len) is "
+                                  f"{seq_len}; it needs at least one position left for the call "
+                                  f"(task starts {task[:40]!r})")
+        prompts.append(ids)
+    return prompts
+
+
+class BatchGenerator:
+    """Runs tasks through a model (and, constrained, a compiled grammar) with B slots."""
+
+    def __init__(self, model, tokenizer, registry: ToolRegistry, grammar=None, config: GenerationConfig | None = None,
+                 backend: str = "auto"):
+        self.model, self.tokenizer, self.registry = model, tokenizer, registry
+        self.config = config or GenerationConfig()
+        c = self.config
+        if c.batch_size < 1:
+            raise GenerationError(f"batch size must be >= 1, got {c.batch_size}")
+        if c.max_new_tokens < 1:
+            raise GenerationError(f"max new tokens must be >= 1, got {c.max_new_tokens}")
+        if c.constrain and grammar is None:
+            raise GenerationError("constrained generation needs a compiled grammar")
+        self.device = next(model.parameters()).device
+        self.grammar = grammar if c.constrain else None
+        self.eos_id = int(tokenizer.eos_id)
+        self.seq_len = model.config.seq_len
+        B, H = c.batch_size, c.max_new_tokens
+        model.setup_cache(B)
+        self.masker = BatchMasker(self.grammar, B, device=self.device, backend=backend, max_tokens=H + 1) \
+            if self.grammar is not None else None
+        dev = self.device
+        self.history = torch.zeros(B, H + 1, dtype=torch.long, device=dev)     # [B, H+1] generated ids
+        self.counts = torch.zeros(B, H + 1, dtype=torch.int32, device=dev)     # [B, H+1] legal count per token
+        self.n_gen = torch.zeros(B, dtype=torch.long, device=dev)              # [B] tokens generated so far
+        self.limit = torch.zeros(B, dtype=torch.long, device=dev)              # [B] per-row token ceiling
+        self.seeds = torch.zeros(B, dtype=torch.long, device=dev)              # [B] per-task seed
+        self.ended = torch.zeros(B, dtype=torch.bool, device=dev)              # [B] EOS seen
+        self.logits = torch.zeros(B, model.config.vocab_size, dtype=torch.float32, device=dev)  # [B, V]
+        self.rows = torch.arange(B, device=dev)
+
+    # --- one step --------------------------------------------------------------------------------
+    def _sample(self) -> torch.Tensor:
+        c = self.config
+        if self.masker is not None:
+            if c.record_counts:
+                counts = self.masker.apply_(self.logits)          # masked in place; counts before the draw
+                tokens = self.masker.sample(self.logits, c.temperature, c.top_p, c.seed)
+                self.counts[self.rows, self.n_gen.clamp(max=c.max_new_tokens)] = counts.to(torch.int32)
+            else:
+                tokens = self.masker.sample(self.logits, c.temperature, c.top_p, c.seed)
+        else:
+            tokens = sampling.sample(self.logits, self.seeds, self.n_gen, c.temperature, c.top_p)
+            if c.record_counts:
+                self.counts[self.rows, self.n_gen.clamp(max=c.max_new_tokens)] = self.logits.shape[1]
+        return tokens
+
+    def _record(self, tokens: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        """Write each active row's token into its history; return bool [B] rows that just finished."""
+        self.history[self.rows, self.n_gen.clamp(max=self.config.max_new_tokens)] = tokens
+        self.n_gen += active.long()
+        self.ended |= active & (tokens == self.eos_id)
+        return active & (self.ended | (self.n_gen >= self.limit))
+
+    # --- results ---------------------------------------------------------------------------------
+    def _result(self, slot: int, index: int, task: str, started: float) -> Result:
+        n = int(self.n_gen[slot])
+        ids = self.history[slot, :n].tolist()
+        ended = bool(self.ended[slot])
+        text_ids = ids[:-1] if ended else ids
+        data = b"".join(self.tokenizer.token_bytes[t] for t in text_ids)
+        cut = False
+        if not ended and self.masker is not None:
+            owed = self.grammar.finish_bytes(int(self.masker.states[slot]))
+            cut = owed != b""
+            data += owed
+        elif not ended:
+            cut = True
+        text = data.decode("utf-8", errors="replace")
+        call, error = parse_call(text, self.registry)
+        counts = self.counts[slot, :n].tolist() if self.config.record_counts else None
+        return Result(index, task, text, call, error, n, cut, time.perf_counter() - started, counts, ids, data)
+
+    # --- the loop --------------------------------------------------------------------------------
+    def run(self, tasks: list[str], indices: list[int] | None = None,
+            on_result: Callable[[Result], None] | None = None,
+            on_progress: Callable[[int, int], None] | None = None) -> RunStats:
+        """Generate a call for every task; `on_result` gets each Result in input order."""
+        c = self.config
+        B = c.batch_size
+        indices = list(range(len(tasks))) if indices is None else list(indices)
+        prompts = encode_prompts(tasks, self.tokenizer, self.registry, self.seq_len)
+        stats = RunStats()
+        t0 = time.perf_counter()
+        next_task = 0                                   # next position in `tasks` to start
+        slot_task = [-1] * B                            # host: which task each slot holds (-1 empty)
+        slot_start = [0.0] * B
+        pending: dict[int, Result] = {}                 # finished out of order, waiting for their turn
+        next_out = 0
+
+        def emit(res: Result, pos: int):
+            nonlocal next_out
+            pending[pos] = res
+            while next_out in pending:
+                r = pending.pop(next_out)
+                next_out += 1
+                stats.tasks += 1
+                if on_result:
+                    on_result(r)
+
+        def refill(free: list[int]):
+            nonlocal next_task
+            take = free[: len(tasks) - next_task]
+            if not take:
+                return
+            batch = prompts[next_task: next_task + len(take)]
+            T = max(len(p) for p in batch)
+            ids = torch.zeros(len(take), T, dtype=torch.long)
+            for j, p in enumerate(batch):
+                ids[j, : len(p)] = torch.tensor(p)
+            lengths = torch.tensor([len(p) for p in batch])
+            rows = torch.tensor(take, device=self.device)
+            self.model.reset(rows)
+            self.logits[rows] = self.model.prefill(rows, ids.to(self.device), lengths.to(self.device))
+            room = torch.tensor([min(c.max_new_tokens, self.seq_len - len(p)) for p in batch], device=self.device)
+            self.limit[rows] = room
+            self.n_gen[rows] = 0
+            self.ended[rows] = False
+            self.seeds[rows] = torch.tensor([c.seed * 1_000_003 + indices[next_task + j] for j in range(len(take))],
+                                            device=self.device)
+            if self.masker is not None:
+                self.masker.reset(rows)
+            for j, slot in enumerate(take):
+                slot_task[slot] = next_task + j
+                slot_start[slot] = time.perf_counter()
+            stats.prefill_tokens += int(lengths.sum())
+            next_task += len(take)
+
+        refill(list(range(B)))
+        while any(t >= 0 for t in slot_task):
+            active_host = torch.tensor([t >= 0 for t in slot_task])
+            active = active_host.to(self.device)
+            tokens = self._sample()
+            finished = self._record(tokens, active)
+            stats.steps += 1
+            stats.tokens += int(active_host.sum())
+            done_slots = torch.nonzero(finished).flatten().tolist()     # the one host sync per step
+            for slot in done_slots:
+                pos = slot_task[slot]
+                emit(self._result(slot, indices[pos], tasks[pos], slot_start[slot]), pos)
+                slot_task[slot] = -1
+            if done_slots:
+                self.model.reset(torch.tensor(done_slots, device=self.device))
+                if on_progress:
+                    on_progress(stats.tasks, stats.tokens)
+            if any(t >= 0 for t in slot_task):
+                self.logits = self.model.decode(tokens)
+            if next_task < len(tasks):
+                free = [s for s in range(B) if slot_task[s] < 0]
+                if free and (c.continuous or len(free) == B):
+                    refill(free)
+        if self.masker is not None:
+            self.masker.check()
+        stats.seconds = time.perf_counter() - t0
+        return stats

@@ -1,0 +1,263 @@
+"""
+BatchMasker: grammar-constrained decoding state for a whole batch, resident on the device.
+
+Every row of the batch sits in some DFA state of a CompiledGrammar. Per decoding step the masker either
+  apply_(logits) + advance(tokens)   mask in place (illegal -> -inf, legal untouched), the caller samples, or
+  sample(logits, ...)                mask + sample + advance in one launch (Triton) / a few torch ops,
+and never synchronises with the host: illegal tokens set a per-row fault that `check()` turns into an error.
+
+Backends: "triton" (the kernels of kernels/mask_triton.py; on a CPU only under TRITON_INTERPRET=1) and
+"torch" (kernels/mask_torch.py, the reference); "auto" picks Triton on CUDA and torch elsewhere.
+"""
+import os
+
+import torch
+
+from kernels import mask_torch
+from kernels.mask_torch import Rows, Tables, make_tables
+
+LOGIT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+class IllegalTokenError(ValueError):
+    """A row was advanced by a token its grammar state does not allow."""
+
+    def __init__(self, message: str, faults: list[tuple[int, int, int]]):
+        super().__init__(message)
+        self.faults = faults  # [(row, token id, state)]
+
+
+class GrammarTableError(ValueError):
+    """The compiled grammar handed to the masker breaks the CompiledGrammar contract."""
+
+
+class BatchMasker:
+    def __init__(self, grammar, batch_size: int, device=None, backend: str = "auto", max_tokens: int = 1024):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        self.grammar = grammar
+        self.batch_size = batch_size
+        self.max_tokens = max_tokens
+        self.device = torch.device(device) if device is not None else torch.device(grammar.token_class.device)
+        self.backend = _pick_backend(backend, self.device)
+        self._kernels = _load_kernels(self.backend)
+        self.tables = _device_tables(grammar, self.device)
+        self.start = int(grammar.start)
+        self._start_count = int(self.tables.legal_count[self.start])
+
+        B, dev = batch_size, self.device
+        self.rows = Rows(
+            state=torch.full((B,), self.start, dtype=torch.int32, device=dev),        # [B]
+            step=torch.zeros(B, dtype=torch.int32, device=dev),                       # [B]
+            history=torch.zeros(B, max_tokens, dtype=torch.int32, device=dev),        # [B, H]
+            fault=torch.zeros(B, 3, dtype=torch.int64, device=dev),                   # [B, 3]
+        )
+        self.legal_counts = self.tables.legal_count.index_select(0, self.rows.state)  # int32 [B], last step
+        # reused buffers: the torch path's [B, V] legal bound, the Triton path's token output
+        self._scratch = None
+        self._tokens = torch.empty(B, dtype=torch.int64, device=dev)
+
+    # ------------------------------------------------------------------------------------------------------
+    # state
+
+    @property
+    def states(self) -> torch.Tensor:
+        """int32 [B]: each row's DFA state (the live buffer: do not write to it)."""
+        return self.rows.state
+
+    @property
+    def steps(self) -> torch.Tensor:
+        """int32 [B]: tokens each row has emitted (EOS counted once)."""
+        return self.rows.step
+
+    @property
+    def done(self) -> torch.Tensor:
+        """bool [B]: rows that have emitted EOS (they only allow EOS from now on)."""
+        return self.rows.state == self.tables.done_state
+
+    def reset(self, rows=None) -> None:
+        """Start new sequences in the given slots (default all): start state, step 0, no fault, empty history."""
+        idx = self._row_index(rows)
+        self.rows.state.index_fill_(0, idx, self.start)
+        self.rows.step.index_fill_(0, idx, 0)
+        self.rows.fault.index_fill_(0, idx, 0)
+        # out of place: the caller may still hold the tensor an earlier step returned
+        self.legal_counts = self.legal_counts.index_fill(0, idx, self._start_count)
+
+    # ------------------------------------------------------------------------------------------------------
+    # the decoding step
+
+    def apply_(self, logits: torch.Tensor) -> torch.Tensor:
+        """Mask logits [B, V'] in place: illegal and padded ids -> -inf, legal ones keep their exact value.
+        Returns the legal counts, int32 [B] on the device."""
+        self._check_logits(logits)
+        if self.backend == "torch":
+            if self._scratch is None:
+                self._scratch = torch.empty(self.batch_size, self.tables.vocab_size, dtype=torch.float32,
+                                            device=self.device)  # [B, V] the legal bound, reused every step
+            self.legal_counts = mask_torch.mask_logits_(logits, self.rows.state, self.tables, scratch=self._scratch)
+        else:
+            self.legal_counts = self._kernels.mask_logits_(logits, self.rows.state, self.tables)
+        return self.legal_counts
+
+    def advance(self, tokens: torch.Tensor, check: bool | None = None) -> None:
+        """Move every row by its token (int [B]). An illegal token leaves its row unchanged and is recorded;
+        check=True raises IllegalTokenError at once (a host sync), check=None does so only on the CPU, where
+        checking costs nothing; on a GPU call check() when convenient."""
+        if tokens.shape != (self.batch_size,):
+            raise ValueError(f"advance: tokens must have shape [{self.batch_size}], got {list(tokens.shape)}")
+        if tokens.device != self.device:
+            raise ValueError(f"advance: tokens are on {tokens.device}, the masker on {self.device}")
+        if tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
+            raise ValueError(f"advance: tokens must be an integer tensor, got {tokens.dtype}")
+        if self.backend == "torch":
+            mask_torch.advance_(tokens, self.rows, self.tables)
+        else:
+            self._kernels.advance_(tokens.contiguous(), self.rows, self.tables)
+        if check or (check is None and self.device.type == "cpu"):
+            self.check()
+
+    def sample(self, logits: torch.Tensor, temperature: float = 0.0, top_p: float = 1.0,
+               seed: int = 0) -> torch.Tensor:
+        """Mask + sample + advance every row; logits [B, V'] are not modified. Returns int64 [B] tokens.
+
+        temperature 0 is greedy (the first maximum among legal tokens); otherwise Gumbel-max sampling of
+        softmax(logits / temperature) over legal tokens, keyed by (seed, row, step), so a row's draw does not
+        depend on the other rows of the batch. top_p < 1 keeps the smallest set of most likely legal tokens
+        whose probability reaches top_p (a second pass of torch ops). Finished rows get EOS."""
+        self._check_logits(logits)
+        if temperature < 0 or temperature != temperature:
+            raise ValueError(f"sample: temperature must be >= 0, got {temperature}")
+        if not 0.0 < top_p <= 1.0:
+            raise ValueError(f"sample: top_p must be in (0, 1], got {top_p}")
+        if self.backend == "torch" or (top_p < 1.0 and temperature > 0):
+            # the top-p pass needs the sorted distribution: torch ops on both backends (same tokens either way)
+            tokens, counts = mask_torch.sample_(logits, self.rows, self.tables, temperature, top_p, seed,
+                                                advance=self._advance_quietly)
+        else:
+            tokens, counts = self._kernels.sample_(logits, self.rows, self.tables, temperature, seed,
+                                                   tokens=torch.empty_like(self._tokens))
+        self.legal_counts = counts
+        return tokens
+
+    def _advance_quietly(self, tokens: torch.Tensor) -> None:
+        self.advance(tokens, check=False)
+
+    # ------------------------------------------------------------------------------------------------------
+    # reading results (host syncs: not for the hot loop)
+
+    def check(self) -> None:
+        """Raise IllegalTokenError naming every row advanced by an illegal token since its last reset."""
+        flagged = self.rows.fault[:, 0] != 0  # [B]
+        if not bool(flagged.any()):
+            return
+        rows = flagged.nonzero()[:, 0].tolist()
+        faults = [(r, *self.rows.fault[r, 1:].tolist()) for r in rows]
+        lines = [f"row {r}: token {tok} ({self._token_text(tok)!r}) is not legal in state {s} "
+                 f"-- was the mask applied?" for r, tok, s in faults]
+        raise IllegalTokenError("\n".join(lines), faults)
+
+    def finish(self, rows=None) -> list[str]:
+        """The characters each row still owes for a complete call (its grammar's shortest completion)."""
+        states = self.rows.state.index_select(0, self._row_index(rows)).tolist()
+        return [self.grammar.finish_text(s) for s in states]
+
+    def tokens(self, row: int) -> list[int]:
+        """The token ids row has emitted (EOS included), oldest first."""
+        row = self._one_row(row)
+        n = int(self.rows.step[row])
+        if n > self.max_tokens:
+            raise ValueError(f"row {row} emitted {n} tokens but the history holds {self.max_tokens} "
+                             f"(raise BatchMasker(max_tokens=...))")
+        return self.rows.history[row, :n].tolist()
+
+    def text(self, row: int) -> str:
+        """The text row has emitted (EOS and other textless ids contribute nothing), decoded as UTF-8."""
+        eos = self.tables.eos_id
+        data = b"".join(self.grammar.token_bytes[t] for t in self.tokens(row) if t != eos)
+        return data.decode("utf-8", errors="replace")  # a row cut mid-character shows U+FFFD, not an error
+
+    # ------------------------------------------------------------------------------------------------------
+    # helpers
+
+    def _token_text(self, tok: int) -> str:
+        if 0 <= tok < self.tables.vocab_size:
+            return self.grammar.token_bytes[tok].decode("utf-8", errors="backslashreplace")
+        return f"<not in the vocabulary of {self.tables.vocab_size}>"
+
+    def _one_row(self, row: int) -> int:
+        if not 0 <= row < self.batch_size:
+            raise IndexError(f"row {row} is out of range for a batch of {self.batch_size}")
+        return int(row)
+
+    def _row_index(self, rows) -> torch.Tensor:
+        """None | int | sequence | tensor of row ids -> int64 [n] on the device, range checked."""
+        if rows is None:
+            return torch.arange(self.batch_size, device=self.device)
+        if isinstance(rows, int):
+            rows = [rows]
+        idx = torch.as_tensor(rows, dtype=torch.int64).reshape(-1).to(self.device)
+        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.batch_size):
+            raise IndexError(f"rows {idx.tolist()} out of range for a batch of {self.batch_size}")
+        return idx
+
+    def _check_logits(self, logits: torch.Tensor) -> None:
+        B, V = self.batch_size, self.tables.vocab_size
+        if logits.dim() != 2 or logits.shape[0] != B or logits.shape[1] < V:
+            raise ValueError(f"logits must have shape [{B}, >= {V}] (batch, vocabulary), got {list(logits.shape)}")
+        if logits.dtype not in LOGIT_DTYPES:
+            raise ValueError(f"logits must be float32, bfloat16 or float16, got {logits.dtype}")
+        if logits.device != self.device:
+            raise ValueError(f"logits are on {logits.device}, the masker on {self.device}")
+        if self.backend == "triton" and logits.stride(1) != 1:
+            raise ValueError(f"the Triton backend needs logits with unit stride along the vocabulary, "
+                             f"got strides {logits.stride()}")
+
+
+def _pick_backend(backend: str, device: torch.device) -> str:
+    if backend not in ("auto", "torch", "triton"):
+        raise ValueError(f"backend must be 'auto', 'torch' or 'triton', got {backend!r}")
+    if backend == "auto":
+        return "triton" if device.type == "cuda" else "torch"
+    if backend == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(f"backend 'triton' on {device} needs TRITON_INTERPRET=1 in the environment "
+                         f"before triton is first imported (or use backend='torch')")
+    return backend
+
+
+def _load_kernels(backend: str):
+    if backend != "triton":
+        return None
+    from kernels import mask_triton  # imports triton: only when asked for
+    return mask_triton
+
+
+def _device_tables(grammar, device: torch.device) -> Tables:
+    """Copy the grammar's tables to the device in the kernels' dtypes, checking them against the contract."""
+    token_class = grammar.token_class.to(device=device, dtype=torch.int32).contiguous()  # [V]
+    class_next = grammar.class_next.to(device).contiguous()  # [S, C]
+    legal_count = grammar.legal_count.to(device=device, dtype=torch.int32).contiguous()  # [S]
+    if class_next.dtype not in (torch.int16, torch.int32):
+        raise GrammarTableError(f"class_next must be int16 or int32, got {class_next.dtype}")
+    if class_next.dim() != 2:
+        raise GrammarTableError(f"class_next must be [S, C], got shape {list(class_next.shape)}")
+    S, C = class_next.shape
+    V = token_class.numel()
+    if token_class.dim() != 1 or V != grammar.vocab_size:
+        raise GrammarTableError(f"token_class must be [{grammar.vocab_size}], got {list(token_class.shape)}")
+    if legal_count.shape != (S,):
+        raise GrammarTableError(f"legal_count must be [{S}] (one per state), got {list(legal_count.shape)}")
+    lo, hi = int(token_class.min()), int(token_class.max())
+    if lo < 0 or hi >= C:
+        raise GrammarTableError(f"token_class values must be in [0, {C}), got [{lo}, {hi}]")
+    lo, hi = int(class_next.min()), int(class_next.max())
+    if lo < -1 or hi >= S:
+        raise GrammarTableError(f"class_next values must be in [-1, {S}), got [{lo}, {hi}]")
+    for name in ("start", "done_state"):
+        if not 0 <= int(getattr(grammar, name)) < S:
+            raise GrammarTableError(f"{name} = {getattr(grammar, name)} is not a state (S = {S})")
+    if not 0 <= int(grammar.eos_id) < V:
+        raise GrammarTableError(f"eos_id = {grammar.eos_id} is not a token id (V = {V})")
+    return make_tables(token_class, class_next, legal_count, int(grammar.done_state), int(grammar.eos_id))

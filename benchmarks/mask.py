@@ -1,0 +1,254 @@
+"""
+Per-step cost of grammar masking for a whole batch: mask + advance, and the fused mask + sample + advance,
+against a per-row Python loop over the vocabulary (B <= 8) and xgrammar (when installed) on the same grammar.
+
+    .venv/bin/python benchmarks/mask.py [--quick] [--device cpu|cuda] [--json out.json]
+
+The grammar is the default tool registry compiled for the Llama 2 tokenizer (../shared/llama2/tokenizer.model)
+when the compiler and tokenizer are available, else a synthetic table of realistic size (S=4000, C=200).
+For V = 128K the grammar's token classes are tiled over the wider vocabulary (same table, 4x the ids).
+Rows sit in random states. Times are per decoding step: min and median over repeated runs, in ms.
+On CUDA the table also shows achieved GB/s (logits bytes touched / time) next to the measured copy bandwidth.
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # runnable as a script from anywhere
+
+from batchmask.masker import BatchMasker  # noqa: E402
+
+TOKENIZER = ROOT.parent / "shared" / "llama2" / "tokenizer.model"
+BATCHES = [1, 8, 64, 256, 1024]
+VOCABS = [32000, 128 * 1024]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# grammars
+
+def load_grammar(device: str):
+    """(grammar, description, registry or None): the real compiled registry if possible, else synthetic."""
+    try:
+        from batchmask.compiler import compile_grammar
+        from batchmask.registry import ToolRegistry
+        from models.tokenizer import load_tokenizer
+        if TOKENIZER.exists():
+            reg = ToolRegistry.defaults()
+            g = compile_grammar(reg, load_tokenizer(str(TOKENIZER)), device=device)
+            return g, f"default registry / Llama 2 tokenizer (S={g.num_states}, C={g.num_classes})", reg
+    except ImportError:
+        pass
+    sys.path.insert(0, str(ROOT / "tests"))
+    from grammar_fixtures import make_random_grammar
+    g = make_random_grammar(num_states=4000, num_classes=200, vocab_size=32000, hole_frac=0.9, num_final=20,
+                            device=device)
+    return g, f"synthetic (S={g.num_states}, C={g.num_classes})", None
+
+
+def widen(g, vocab_size: int):
+    """The same grammar over a vocabulary of vocab_size ids: id v behaves like id v % V."""
+    if vocab_size == g.vocab_size:
+        return g
+    reps = -(-vocab_size // g.vocab_size)
+    token_class = g.token_class.repeat(reps)[:vocab_size]  # [V']
+    class_size = torch.bincount(token_class.long(), minlength=g.num_classes)
+    legal_count = ((g.class_next.long() >= 0).long() * class_size).sum(1).int()
+    token_bytes = (list(g.token_bytes) * reps)[:vocab_size]
+    return SimpleNamespace(token_class=token_class, class_next=g.class_next, legal_count=legal_count,
+                           final=g.final, num_states=g.num_states, num_classes=g.num_classes,
+                           vocab_size=vocab_size, start=g.start, eos_id=g.eos_id, done_state=g.done_state,
+                           token_bytes=token_bytes, finish_text=g.finish_text)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# timing
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_step(fn, device, budget_s: float, max_iters: int) -> tuple[float, float]:
+    """(min, median) ms of fn over repeated calls: warm up, then run until the budget or max_iters."""
+    fn()
+    sync(device)
+    times = []
+    start = time.perf_counter()
+    while len(times) < max_iters and (len(times) < 3 or time.perf_counter() - start < budget_s):
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return min(times), statistics.median(times)
+
+
+def copy_bandwidth_gbs(device) -> float:
+    """Device-to-device copy bandwidth (bytes read + written per second) of a 1 GiB buffer."""
+    src = torch.empty(1 << 28, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    best, _ = time_step(lambda: dst.copy_(src), device, 0.5, 20)
+    return 2 * src.numel() * 4 / (best * 1e-3) / 1e9
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the contenders
+
+def bench_batchmask(g, B, V, device, backend, args) -> dict:
+    gen = torch.Generator().manual_seed(0)
+    m = BatchMasker(g, B, device=device, backend=backend, max_tokens=16)
+    init = torch.randint(0, g.num_states, (B,), generator=gen, dtype=torch.int32).to(device)  # [B]
+    logits = torch.randn(B, V, generator=gen).to(device)  # [B, V]
+    work = logits.clone()
+    m.rows.state.copy_(init)
+    tokens = m.sample(logits, temperature=0.0)  # legal tokens for the initial states
+
+    def restart():  # a few-microsecond [B] copy so every timed step starts from the same states
+        m.rows.state.copy_(init)
+        m.rows.step.zero_()
+
+    def mask_advance():
+        restart()
+        m.apply_(work)
+        m.advance(tokens, check=False)
+
+    def fused(temperature):
+        def run():
+            restart()
+            m.sample(logits, temperature=temperature, seed=1)
+        return run
+
+    out = {}
+    for name, fn in [("mask+advance", mask_advance), ("sample greedy", fused(0.0)), ("sample T=1", fused(1.0))]:
+        if name == "sample T=1" and device.type == "cpu" and B * V > args.cpu_sample_limit:
+            continue  # the torch reference hashes [B, V] int64 counters: seconds per step at this size
+        out[name] = time_step(fn, device, args.budget, args.max_iters)
+    m.reset()
+    return out
+
+
+def bench_naive(g, B, V, device, args):
+    """Per row, a Python loop over the vocabulary decides each id (the way a simple engine fills a mask)."""
+    table = g.class_next.long().cpu().tolist()
+    classes = g.token_class.cpu().tolist()
+    states = torch.randint(0, g.num_states, (B,), generator=torch.Generator().manual_seed(0)).tolist()
+    logits = torch.randn(B, V).to(device)
+
+    def run():
+        for r, s in enumerate(states):
+            row = table[s]
+            illegal = [row[c] < 0 for c in classes]
+            logits[r].masked_fill_(torch.tensor(illegal, device=device), float("-inf"))
+
+    return time_step(run, device, args.budget, 5)
+
+
+def xgrammar_ebnf(registry) -> str:
+    """The registry's call language as xgrammar EBNF: {"tool":"NAME","args":{"K":"V",...}} with string values
+    of 1..256 characters >= 0x20 other than '"' and '\\' (what batchmask's grammar allows)."""
+    def lit(text: str) -> str:
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    calls = []
+    for tool in registry.tools:
+        parts = [lit('{"tool":"%s","args":{' % tool.name)]
+        for i, arg in enumerate(tool.required_args):
+            parts += [lit((',' if i else '') + '"%s":"' % arg.name), "value", lit('"')]
+        parts.append(lit("}}"))
+        calls.append("(" + " ".join(parts) + ")")
+    return "root ::= " + " | ".join(calls) + '\nvalue ::= [^"\\\\\\x00-\\x1f]{1,256}\n'
+
+
+def bench_xgrammar(g, registry, B, V, device, args):
+    """xgrammar: fill the batch's token bitmask on the CPU (one matcher per row), copy it, apply it."""
+    import xgrammar as xgr
+    info = xgr.TokenizerInfo(list(g.token_bytes), vocab_type=xgr.VocabType.RAW, vocab_size=V,
+                             stop_token_ids=[g.eos_id])
+    compiled = xgr.GrammarCompiler(info).compile_grammar(xgrammar_ebnf(registry))
+    matchers = [xgr.GrammarMatcher(compiled) for _ in range(B)]
+    bitmask = xgr.allocate_token_bitmask(B, V)  # int32 [B, V/32] on the CPU
+    logits = torch.randn(B, V).to(device)
+
+    def run():
+        for r, matcher in enumerate(matchers):
+            matcher.fill_next_token_bitmask(bitmask, r)
+        xgr.apply_token_bitmask_inplace(logits, bitmask.to(device, non_blocking=True))
+
+    return time_step(run, device, args.budget, args.max_iters)
+
+
+# ----------------------------------------------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--quick", action="store_true", help="B in {1, 64}, V = 32000 only, short runs")
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    ap.add_argument("--budget", type=float, default=1.0, help="seconds of timed runs per measurement")
+    ap.add_argument("--max-iters", type=int, default=200)
+    ap.add_argument("--cpu-sample-limit", type=int, default=64 * 32000,
+                    help="largest B*V for the CPU temperature-sampling measurement")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    batches, vocabs = ([1, 64], [32000]) if args.quick else (BATCHES, VOCABS)
+    if args.quick:
+        args.budget, args.max_iters = min(args.budget, 0.3), min(args.max_iters, 30)
+
+    base, gdesc, registry = load_grammar(str(device))
+    backends = ["triton", "torch"] if device.type == "cuda" else ["torch"]
+    try:
+        import xgrammar  # noqa: F401
+        have_xgr = registry is not None
+        xgr_note = "" if have_xgr else "xgrammar: skipped (needs the real registry grammar)"
+    except ImportError:
+        have_xgr, xgr_note = False, "xgrammar: not installed (pip install xgrammar to compare)"
+    bw = copy_bandwidth_gbs(device) if device.type == "cuda" else None
+
+    print(f"# batchmask masking benchmark -- {device} ({platform.processor() or platform.machine()}, "
+          f"{torch.get_num_threads()} threads), float32 logits")
+    print(f"# grammar: {gdesc}")
+    if bw:
+        print(f"# device copy bandwidth: {bw:.0f} GB/s")
+    if xgr_note:
+        print(f"# {xgr_note}")
+    print(f"{'B':>5} {'V':>7} {'method':<28} {'min ms':>9} {'median ms':>10} {'GB/s':>7}")
+
+    results = []
+
+    def report(B, V, method, t):
+        gbs = B * V * 4 / (t[0] * 1e-3) / 1e9 if device.type == "cuda" else None
+        print(f"{B:>5} {V:>7} {method:<28} {t[0]:>9.3f} {t[1]:>10.3f} {'' if gbs is None else f'{gbs:7.0f}'}",
+              flush=True)
+        results.append(dict(B=B, V=V, method=method, min_ms=t[0], median_ms=t[1], gbs=gbs))
+
+    for V in vocabs:
+        g = widen(base, V)
+        for B in batches:
+            for backend in backends:
+                for name, t in bench_batchmask(g, B, V, device, backend, args).items():
+                    report(B, V, f"batchmask {backend} {name}", t)
+            if B <= 8:
+                report(B, V, "python loop mask", bench_naive(g, B, V, device, args))
+            if have_xgr and V == base.vocab_size:
+                report(B, V, "xgrammar fill+apply", bench_xgrammar(g, registry, B, V, device, args))
+
+    if args.json:
+        meta = dict(device=str(device), threads=torch.get_num_threads(), grammar=gdesc, copy_gbs=bw,
+                    torch=torch.__version__, note=xgr_note)
+        Path(args.json).write_text(json.dumps(dict(meta=meta, results=results), indent=1))
+        print(f"# wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,475 @@
+"""
+The llama2.c Transformer in PyTorch, batched, with a static KV cache (gpt-fast style).
+
+Getting a real model: the TinyStories checkpoints of llama2.c live at
+https://huggingface.co/karpathy/tinyllamas -- download `stories15M.bin` (also stories42M.bin,
+stories110M.bin).  They are legacy (v0) llama2.c files and load unchanged:
+
+    model = load_checkpoint("stories15M.bin")            # float32 on the CPU
+    logits = model.logits(torch.tensor([[1, 403, 2462]]))  # [1, 3, 32000]
+
+Their vocabulary is Llama 2's (32000 pieces; `../shared/llama2/tokenizer.bin` or any Llama 2
+`tokenizer.model`).
+
+Architecture (exactly run.c's): RMSNorm (eps 1e-5) -> attention with RoPE and grouped-query heads
+-> residual -> RMSNorm -> SwiGLU FFN -> residual, final RMSNorm, classifier (tied to the token
+embedding unless the checkpoint has its own).  RoPE rotates the pairs (2j, 2j+1) of every head by
+the angle pos / 10000^(2j / head_dim).
+
+Parameters (state_dict names), plain llama2.c names with two fusions for speed:
+    tok_embeddings.weight                  [vocab_size, dim]
+    layers.{l}.attention_norm.weight       [dim]
+    layers.{l}.attention.wqkv.weight       [(n_heads + 2 n_kv_heads) * head_dim, dim]  = cat(wq, wk, wv)
+    layers.{l}.attention.wo.weight         [dim, n_heads * head_dim]
+    layers.{l}.ffn_norm.weight             [dim]
+    layers.{l}.feed_forward.w13.weight     [2 hidden_dim, dim]                         = cat(w1, w3)
+    layers.{l}.feed_forward.w2.weight      [dim, hidden_dim]
+    norm.weight                            [dim]
+    output.weight                          [vocab_size, dim]  (the same Parameter as
+                                           tok_embeddings.weight when the classifier is shared)
+`Transformer.load_weights` / `Transformer.checkpoint_weights` convert from / to the unfused
+checkpoint naming of models/checkpoint.py.
+
+Inference state (buffers, not in the state_dict), all fixed-shape after `setup_cache(B)`:
+    k_cache, v_cache  [n_layers, B, n_kv_heads, seq_len, head_dim]
+    pos               [B] int64: next position of each row (= tokens already in its cache)
+    active            [B] int64: 1 for rows holding a sequence; only active rows advance
+Row b of the batch is "cache slot" b: `prefill` fills slots, `decode` advances all of them,
+`reset` frees slots for reuse (continuous batching).
+
+Context overflow: prompts longer than seq_len and decoding an active row at position seq_len raise
+ContextOverflowError.  The decode check reads a host-side copy of the positions (`host_pos`, kept
+in step by prefill/decode/reset, which all know the new positions without asking the device), so
+it never synchronises with the GPU and works unchanged in CUDA-graph mode.  As a second line of
+defence the device-side position is clamped to seq_len - 1 before indexing, so even a misused
+graph cannot write outside the cache.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from models.checkpoint import ModelConfig, read_checkpoint, rope_tables, weight_shapes
+
+NORM_EPS = 1e-5
+
+
+class ContextOverflowError(ValueError):
+    """A row would hold more than seq_len tokens."""
+
+    def __init__(self, row: int, length: int, seq_len: int, what: str):
+        self.row, self.length, self.seq_len = row, length, seq_len
+        super().__init__(f"row {row}: {what} needs {length} positions but the model's context is seq_len={seq_len}")
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x [..., dim] -> x / sqrt(mean(x^2) + eps) * weight (run.c's rmsnorm)."""
+    if hasattr(F, "rms_norm"):  # torch >= 2.4: one fused op instead of six
+        return F.rms_norm(x, (x.shape[-1],), weight, NORM_EPS)
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + NORM_EPS)).type_as(x) * weight
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return rms_norm(x, self.weight)
+
+
+def rope_multipliers(config: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """Full-width RoPE tables (cos, sin) [seq_len, head_dim] for `apply_rope`.
+
+    For pair j of a head at position p with angle a = p / 10000^(2j/head_dim):
+    cos[p, 2j] = cos[p, 2j+1] = cos(a); sin[p, 2j] = -sin(a), sin[p, 2j+1] = +sin(a).
+    """
+    cos, sin = rope_tables(config)  # [seq_len, hd/2]
+    return cos.repeat_interleave(2, dim=-1), torch.stack((-sin, sin), dim=-1).flatten(-2)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate the pairs (2j, 2j+1) of x [..., head_dim]; cos/sin [..., head_dim] from rope_multipliers.
+
+    (x0, x1) -> (x0 cos - x1 sin, x1 cos + x0 sin) == x * cos + swap_pairs(x) * sin, which is three
+    elementwise ops instead of splitting and restacking the pairs.
+    """
+    swapped = x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)  # (x1, x0) in every pair
+    return (x * cos + swapped * sin).type_as(x)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, config.head_dim
+        q_dim = config.n_heads * config.head_dim
+        self.wqkv = nn.Linear(config.dim, q_dim + 2 * config.kv_dim, bias=False)  # fused wq, wk, wv
+        self.wo = nn.Linear(q_dim, config.dim, bias=False)
+
+    def _qkv(self, x, cos, sin):
+        """x [..., dim] -> q [..., H, hd], k [..., KV, hd] (both rotated), v [..., KV, hd]."""
+        H, KV, hd = self.n_heads, self.n_kv_heads, self.head_dim
+        qkv = self.wqkv(x)  # [..., (H + 2KV) hd]
+        qk, v = qkv.split([(H + KV) * hd, KV * hd], dim=-1)
+        qk = apply_rope(qk.unflatten(-1, (H + KV, hd)), cos, sin)  # rotate q and k in one go
+        q, k = qk.split([H, KV], dim=-2)
+        return q, k, v.unflatten(-1, (KV, hd))
+
+    def forward(self, x, cos, sin):
+        """Causal self-attention over a whole sequence, positions 0..T-1, no cache.
+
+        x [B, T, dim], cos/sin [T, hd] -> (out [B, T, dim], k [B, KV, T, hd], v [B, KV, T, hd])
+        """
+        B, T, _ = x.shape
+        q, k, v = self._qkv(x, cos[:, None, :], sin[:, None, :])  # [B, T, H|KV, hd]
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, H|KV, T, hd]
+        group = self.n_heads // self.n_kv_heads
+        # each kv head serves `group` consecutive query heads (run.c: h / kv_mul)
+        k_all = k.repeat_interleave(group, dim=1) if group > 1 else k  # [B, H, T, hd]
+        v_all = v.repeat_interleave(group, dim=1) if group > 1 else v
+        out = F.scaled_dot_product_attention(q, k_all, v_all, is_causal=True)  # [B, H, T, hd]
+        return self.wo(out.transpose(1, 2).flatten(2)), k, v
+
+    def decode(self, x, cos, sin, k_cache, v_cache, slots, pos, mask):
+        """One new token per row, each at its own position, attending to its cache.
+
+        x [B, dim]; cos/sin [B, hd]; k_cache/v_cache [B, KV, S, hd] (this layer's, written in place);
+        slots [B] = arange(B); pos [B] (already clamped); mask [B, 1, 1, W] additive (0 or -inf)
+        over the first W <= S cache positions.  The cache may have its own dtype (setup_cache).
+        """
+        B = x.shape[0]
+        H, KV, hd = self.n_heads, self.n_kv_heads, self.head_dim
+        q, k, v = self._qkv(x, cos[:, None, :], sin[:, None, :])  # [B, H|KV, hd]
+        k_cache[slots, :, pos] = k.to(k_cache.dtype)  # row b writes its own position pos[b]
+        v_cache[slots, :, pos] = v.to(v_cache.dtype)
+        W = mask.shape[-1]
+        # grouped-query attention without copying the cache: the `group` query heads sharing a kv
+        # head act as `group` queries against that head's keys
+        q = q.reshape(B, KV, H // KV, hd).to(k_cache.dtype)  # [B, KV, group, hd]
+        out = F.scaled_dot_product_attention(q, k_cache[:, :, :W], v_cache[:, :, :W],
+                                             attn_mask=mask.to(k_cache.dtype))  # [B, KV, group, hd]
+        return self.wo(out.reshape(B, H * hd).to(x.dtype))  # [B, dim]
+
+
+class FeedForward(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.hidden_dim = config.hidden_dim
+        self.w13 = nn.Linear(config.dim, 2 * config.hidden_dim, bias=False)  # fused gate (w1) and up (w3)
+        self.w2 = nn.Linear(config.hidden_dim, config.dim, bias=False)
+
+    def forward(self, x):
+        gate, up = self.w13(x).split(self.hidden_dim, dim=-1)  # [..., hidden] each
+        return self.w2(F.silu(gate) * up)
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.attention_norm = RMSNorm(config.dim)
+        self.attention = Attention(config)
+        self.ffn_norm = RMSNorm(config.dim)
+        self.feed_forward = FeedForward(config)
+
+    def forward(self, x, cos, sin):
+        """x [B, T, dim] -> (x [B, T, dim], k, v [B, KV, T, hd])."""
+        attn, k, v = self.attention(self.attention_norm(x), cos, sin)
+        x = x + attn
+        return x + self.feed_forward(self.ffn_norm(x)), k, v
+
+    def decode(self, x, cos, sin, k_cache, v_cache, slots, pos, mask):
+        """x [B, dim] -> [B, dim]."""
+        x = x + self.attention.decode(self.attention_norm(x), cos, sin, k_cache, v_cache, slots, pos, mask)
+        return x + self.feed_forward(self.ffn_norm(x))
+
+
+class Transformer(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config.validate()
+        self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim)
+        self.layers = nn.ModuleList(TransformerBlock(config) for _ in range(config.n_layers))
+        self.norm = RMSNorm(config.dim)
+        self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
+        if config.shared_classifier:
+            self.output.weight = self.tok_embeddings.weight
+        self._init_weights()
+        cos, sin = rope_multipliers(config)
+        self.register_buffer("rope_cos", cos, persistent=False)  # [seq_len, hd]
+        self.register_buffer("rope_sin", sin, persistent=False)
+        self.register_buffer("positions", torch.arange(config.seq_len), persistent=False)  # [seq_len]
+        # the inference cache: empty until setup_cache
+        self.k_cache: torch.Tensor | None = None
+        self.v_cache: torch.Tensor | None = None
+        self.pos: torch.Tensor | None = None
+        self.slots: torch.Tensor | None = None
+        self.active: torch.Tensor | None = None
+        self.host_pos = np.zeros(0, dtype=np.int64)  # host copy of pos
+        self.host_active = np.zeros(0, dtype=bool)  # host copy of active
+        self._graph = None
+
+    def _init_weights(self):
+        """llama2.c's training init: N(0, 0.02), output projections scaled down by sqrt(2 n_layers)."""
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                std = 0.02 / (2 * self.config.n_layers) ** 0.5 if name.endswith(("wo.weight", "w2.weight")) else 0.02
+                nn.init.normal_(p, mean=0.0, std=std)
+
+    # ------------------------------------------------------------------ weights
+
+    @torch.no_grad()
+    def load_weights(self, weights: dict[str, torch.Tensor]) -> "Transformer":
+        """Copy checkpoint-named weights (models/checkpoint.py) into the (fused) parameters."""
+        expected = weight_shapes(self.config)
+        if set(weights) != set(expected) or any(tuple(weights[n].shape) != s for n, s in expected.items()):
+            got = {n: tuple(t.shape) for n, t in weights.items()}
+            raise ValueError(f"weights do not match {self.config}: expected {expected}, got {got}")
+        self.tok_embeddings.weight.copy_(weights["token_embedding"])
+        for l, layer in enumerate(self.layers):
+            layer.attention_norm.weight.copy_(weights["rms_att"][l])
+            layer.attention.wqkv.weight.copy_(torch.cat([weights["wq"][l], weights["wk"][l], weights["wv"][l]]))
+            layer.attention.wo.weight.copy_(weights["wo"][l])
+            layer.ffn_norm.weight.copy_(weights["rms_ffn"][l])
+            layer.feed_forward.w13.weight.copy_(torch.cat([weights["w1"][l], weights["w3"][l]]))
+            layer.feed_forward.w2.weight.copy_(weights["w2"][l])
+        self.norm.weight.copy_(weights["rms_final"])
+        if not self.config.shared_classifier:
+            self.output.weight.copy_(weights["wcls"])
+        return self
+
+    @torch.no_grad()
+    def checkpoint_weights(self) -> dict[str, torch.Tensor]:
+        """The parameters in checkpoint naming (unfused, stacked over layers), float32 on the CPU."""
+        c = self.config
+        q_dim = c.n_heads * c.head_dim
+
+        def stack(fn):
+            return torch.stack([fn(layer).detach().float().cpu() for layer in self.layers])
+
+        wqkv = stack(lambda b: b.attention.wqkv.weight)  # [L, q_dim + 2 kv_dim, dim]
+        w13 = stack(lambda b: b.feed_forward.w13.weight)  # [L, 2 hidden, dim]
+        weights = {
+            "token_embedding": self.tok_embeddings.weight.detach().float().cpu(),
+            "rms_att": stack(lambda b: b.attention_norm.weight),
+            "wq": wqkv[:, :q_dim],
+            "wk": wqkv[:, q_dim:q_dim + c.kv_dim],
+            "wv": wqkv[:, q_dim + c.kv_dim:],
+            "wo": stack(lambda b: b.attention.wo.weight),
+            "rms_ffn": stack(lambda b: b.ffn_norm.weight),
+            "w1": w13[:, :c.hidden_dim],
+            "w2": stack(lambda b: b.feed_forward.w2.weight),
+            "w3": w13[:, c.hidden_dim:],
+            "rms_final": self.norm.weight.detach().float().cpu(),
+        }
+        if not c.shared_classifier:
+            weights["wcls"] = self.output.weight.detach().float().cpu()
+        return {name: t.contiguous() for name, t in weights.items()}
+
+    # ------------------------------------------------------------------ no-cache path
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens [B, T] (positions 0..T-1) -> logits [B, T, vocab_size].  No cache; used for training."""
+        x = self._hidden_states(tokens)[0]
+        return self.output(self.norm(x))
+
+    @torch.no_grad()
+    def logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Inference-mode forward: tokens [B, T] -> float32 logits [B, T, vocab_size]."""
+        return self.forward(tokens).float()
+
+    def _hidden_states(self, tokens):
+        """tokens [B, T] -> (x [B, T, dim] before the final norm, [(k, v) [B, KV, T, hd] per layer])."""
+        T = tokens.shape[1]
+        if T > self.config.seq_len:
+            raise ContextOverflowError(0, T, self.config.seq_len, f"a [{tokens.shape[0]}, {T}] token batch")
+        x = self.tok_embeddings(tokens)  # [B, T, dim]
+        cos, sin = self.rope_cos[:T], self.rope_sin[:T]  # [T, hd]
+        kvs = []
+        for layer in self.layers:
+            x, k, v = layer(x, cos, sin)
+            kvs.append((k, v))
+        return x, kvs
+
+    # ------------------------------------------------------------------ cached inference
+
+    def setup_cache(self, batch_size: int, device=None, dtype=None) -> None:
+        """Allocate the static KV cache for `batch_size` slots (all empty) on device/dtype (default: the model's)."""
+        c = self.config
+        ref = self.tok_embeddings.weight
+        device, dtype = device or ref.device, dtype or ref.dtype
+        shape = (c.n_layers, batch_size, c.n_kv_heads, c.seq_len, c.head_dim)
+        self.k_cache = torch.zeros(shape, device=device, dtype=dtype)
+        self.v_cache = torch.zeros(shape, device=device, dtype=dtype)
+        self.pos = torch.zeros(batch_size, dtype=torch.long, device=device)  # [B]
+        self.slots = torch.arange(batch_size, device=device)  # [B] row b is cache slot b
+        self.active = torch.zeros(batch_size, dtype=torch.long, device=device)  # [B]
+        self.host_pos = np.zeros(batch_size, dtype=np.int64)
+        self.host_active = np.zeros(batch_size, dtype=bool)
+        self._graph = None  # a captured graph refers to the old buffers
+
+    @property
+    def batch_size(self) -> int:
+        return 0 if self.pos is None else self.pos.shape[0]
+
+    def _require_cache(self):
+        if self.k_cache is None:
+            raise RuntimeError("call setup_cache(batch_size) before prefill/decode")
+
+    @torch.no_grad()
+    def prefill(self, rows, tokens: torch.Tensor, lengths) -> torch.Tensor:
+        """Start sequences in cache slots `rows` from position 0.
+
+        rows [n] slot indices; tokens [n, T] right-padded prompts; lengths [n] real prompt lengths.
+        Fills the slots' KV cache, sets their positions to their lengths, marks them active and
+        returns float32 logits [n, vocab_size] of each row's LAST real token.
+        """
+        self._require_cache()
+        rows_host = [int(r) for r in torch.as_tensor(rows).tolist()]
+        lengths_host = [int(n) for n in torch.as_tensor(lengths).tolist()]
+        n = len(rows_host)
+        if tokens.dim() != 2 or tokens.shape[0] != n or len(lengths_host) != n:
+            raise ValueError(f"prefill: expected rows [n], tokens [n, T], lengths [n]; got {n} rows, "
+                             f"tokens {tuple(tokens.shape)}, {len(lengths_host)} lengths")
+        if len(set(rows_host)) != n or any(not 0 <= r < self.batch_size for r in rows_host):
+            raise ValueError(f"prefill: rows must be distinct slots in [0, {self.batch_size}), got {rows_host}")
+        for r, length in zip(rows_host, lengths_host):
+            if length > self.config.seq_len:
+                raise ContextOverflowError(r, length, self.config.seq_len, "a prompt")
+            if not 1 <= length <= tokens.shape[1]:
+                raise ValueError(f"prefill: row {r} has length {length}, expected 1..{tokens.shape[1]} (tokens width)")
+        device = self.k_cache.device
+        T = max(lengths_host)
+        rows_t = torch.tensor(rows_host, device=device)  # [n]
+        lengths_t = torch.tensor(lengths_host, device=device)  # [n]
+        x, kvs = self._hidden_states(tokens[:, :T].to(device))  # x [n, T, dim]
+        for l, (k, v) in enumerate(kvs):
+            # positions past a row's length hold padding; they are masked until decode overwrites them
+            self.k_cache[l, rows_t, :, :T] = k.to(self.k_cache.dtype)  # [n, KV, T, hd]
+            self.v_cache[l, rows_t, :, :T] = v.to(self.v_cache.dtype)
+        last = x[torch.arange(n, device=device), lengths_t - 1]  # [n, dim]
+        self.pos[rows_t] = lengths_t
+        self.active[rows_t] = 1
+        self.host_pos[rows_host] = lengths_host
+        self.host_active[rows_host] = True
+        return self.output(self.norm(last)).float()
+
+    @torch.no_grad()
+    def reset(self, rows) -> None:
+        """Free slots `rows` for reuse: position 0, inactive.  Other rows are untouched."""
+        self._require_cache()
+        rows_host = [int(r) for r in torch.as_tensor(rows).reshape(-1).tolist()]
+        rows_t = torch.tensor(rows_host, dtype=torch.long, device=self.pos.device)
+        self.pos[rows_t] = 0
+        self.active[rows_t] = 0
+        self.host_pos[rows_host] = 0
+        self.host_active[rows_host] = False
+
+    def _check_room(self) -> None:
+        """Raise ContextOverflowError if an active row has no cache position left (host data only)."""
+        full = np.flatnonzero(self.host_active & (self.host_pos >= self.config.seq_len))
+        if full.size:
+            row = int(full[0])
+            raise ContextOverflowError(row, int(self.host_pos[row]) + 1, self.config.seq_len, "decoding one more token")
+
+    def _decode_step(self, tokens: torch.Tensor, window: int) -> torch.Tensor:
+        """The device work of one decode step; static shapes, no host sync.
+
+        tokens [B] -> float32 logits [B, V].  Attention looks at cache positions [0, window).
+        """
+        pos = self.pos.clamp(max=self.config.seq_len - 1)  # [B]; clamp = defence against misuse
+        x = self.tok_embeddings(tokens)  # [B, dim]
+        cos, sin = self.rope_cos[pos], self.rope_sin[pos]  # [B, hd]
+        # additive mask, built once per step (a boolean one is converted inside every SDPA call)
+        visible = self.positions[:window][None, :] <= pos[:, None]  # [B, W]
+        mask = torch.zeros(visible.shape, dtype=x.dtype, device=x.device).masked_fill_(~visible, float("-inf"))
+        mask = mask[:, None, None, :]  # [B, 1, 1, W]
+        for l, layer in enumerate(self.layers):
+            x = layer.decode(x, cos, sin, self.k_cache[l], self.v_cache[l], self.slots, pos, mask)
+        self.pos += self.active  # inactive slots stay at position 0
+        return self.output(self.norm(x)).float()
+
+    @torch.no_grad()
+    def decode(self, tokens: torch.Tensor) -> torch.Tensor:
+        """One token for every slot: tokens [B] -> float32 logits [B, vocab_size]; active rows' pos += 1.
+
+        Inactive slots compute garbage at position 0 (static shapes) and are ignored.  Eager mode:
+        attention only spans up to the longest active row (known on the host), rounded up to 32.
+        """
+        self._require_cache()
+        if tokens.shape != (self.batch_size,):
+            raise ValueError(f"decode: expected tokens of shape ({self.batch_size},), got {tuple(tokens.shape)}")
+        self._check_room()
+        longest = int(self.host_pos[self.host_active].max(initial=0)) + 1
+        window = min(self.config.seq_len, -(-longest // 32) * 32)
+        logits = self._decode_step(tokens.to(self.pos.device), window)
+        self.host_pos += self.host_active
+        return logits
+
+    # ------------------------------------------------------------------ CUDA graphs
+
+    @torch.no_grad()
+    def capture_decode(self, warmup: int = 2) -> None:
+        """Record one full-window decode step as a CUDA graph; `decode_graphed` replays it.
+
+        Needs CUDA and setup_cache; re-capture after setup_cache.  Warm-up steps write only at or
+        beyond each row's current position, which is not yet part of any row's context, and the
+        positions are restored afterwards.
+        """
+        self._require_cache()
+        if self.pos.device.type != "cuda":
+            raise RuntimeError("capture_decode needs the model and cache on a CUDA device")
+        self._graph_tokens = torch.zeros_like(self.pos)  # [B] static input
+        saved_pos = self.pos.clone()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(warmup):
+                self._decode_step(self._graph_tokens, self.config.seq_len)
+        torch.cuda.current_stream().wait_stream(stream)
+        self.pos.copy_(saved_pos)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self._graph_logits = self._decode_step(self._graph_tokens, self.config.seq_len)  # [B, V] static
+        self._graph = graph
+
+    @torch.no_grad()
+    def decode_graphed(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Same as decode, by replaying the captured graph.  The returned [B, V] logits tensor is a
+        static buffer overwritten by the next call: consume or clone it first."""
+        if self._graph is None:
+            raise RuntimeError("call capture_decode() first (and again after setup_cache)")
+        self._check_room()
+        self._graph_tokens.copy_(tokens, non_blocking=True)
+        self._graph.replay()
+        self.host_pos += self.host_active
+        return self._graph_logits
+
+
+def load_checkpoint(path, device="cpu", dtype=None) -> Transformer:
+    """Build a Transformer from a llama2.c checkpoint (v0/v1/v2, see models/checkpoint.py).
+
+    float32 by default; bfloat16/float16 only on CUDA (CPU half-precision matmuls are slow and
+    lose accuracy against run.c).  Raises CheckpointError for a malformed file.
+    """
+    device = torch.device(device)
+    dtype = dtype or torch.float32
+    if dtype in (torch.float16, torch.bfloat16) and device.type != "cuda":
+        raise ValueError(f"dtype {dtype} is only supported on CUDA; use float32 on {device}")
+    if not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating point type, got {dtype}")
+    config, weights = read_checkpoint(path)
+    with torch.device("meta"):
+        model = Transformer(config)
+    model = model.to_empty(device=device).to(dtype)
+    if config.shared_classifier:  # to_empty keeps the tie, but be explicit
+        model.output.weight = model.tok_embeddings.weight
+    # buffers were created on the meta device: rebuild them
+    cos, sin = rope_multipliers(config)
+    model.rope_cos, model.rope_sin = cos.to(device), sin.to(device)
+    model.positions = torch.arange(config.seq_len, device=device)
+    model.load_weights(weights)
+    return model.eval()

@@ -1,0 +1,245 @@
+"""End-to-end generation: every constrained output is a valid call, whatever the model does."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from batchmask.cli import main
+from batchmask.compiler import compile_grammar
+from batchmask.generation import BatchGenerator, GenerationConfig
+from batchmask.prompt import parse_call
+from batchmask.registry import Tool, ToolArg, ToolRegistry
+from models.checkpoint import ModelConfig, random_weights, write_checkpoint
+from models.llama import Transformer
+from models.tokenizer import Tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+FRAGMENTS = ['{"', '":"', '","', '"}}', '"}', 'tool', 'args', 'calc', 'read', '_file', 'path', 'text', 'expr',
+             'list', '_dir', 'write', 'answer', 'the', '▁the', '▁a', 'ing', 'é', '€', '中', '😀', '▁"', '1', '2',
+             '+', '▁what', 'is', 'file', '.txt', 'notes', '▁of', '▁to', 'ab', 'x', '"a', 'a"', '{', '}']
+
+
+def small_tokenizer() -> Tokenizer:
+    pieces = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    pieces += [p for p in dict.fromkeys(FRAGMENTS + list("abcdefghijklmnopqrstuvwxyz▁.:,()\"{}_0123456789ABCT?"))
+               if p not in pieces]
+    scores = [0.0] * 259 + [-float(i) for i in range(len(pieces) - 259)]
+    return Tokenizer.from_pieces(pieces, scores)
+
+
+def random_model(vocab_size: int, seed: int, seq_len: int = 512, std: float = 0.5) -> Transformer:
+    rng = random.Random(seed)
+    heads = rng.choice([2, 4])
+    config = ModelConfig(dim=heads * 8, hidden_dim=rng.choice([24, 40]), n_layers=rng.choice([1, 2]), n_heads=heads,
+                         n_kv_heads=rng.choice([1, heads]), vocab_size=vocab_size, seq_len=seq_len,
+                         shared_classifier=rng.random() < 0.5)
+    model = Transformer(config)
+    model.load_weights(random_weights(config, seed=seed, std=std))
+    return model.eval()
+
+
+def random_registry(rng: random.Random) -> ToolRegistry:
+    if rng.random() < 0.4:
+        return ToolRegistry.defaults()
+    tools = []
+    for name in rng.sample(["calc", "read", "read_file", "r", "search", "get_weather", "x"], rng.randint(1, 4)):
+        args = rng.sample(["q", "path", "text", "p", "unit", "city"], rng.randint(0, 3))
+        tools.append(Tool(name, "does things", tuple(ToolArg(a) for a in args)))
+    return ToolRegistry(tools)
+
+
+def check_output(res, registry, max_string, utf8=True):
+    if utf8:
+        assert res.raw.decode("utf-8") == res.text                  # whole characters only
+    obj = json.loads(res.text)                                      # JSON, every time
+    assert res.call == obj and res.error is None
+    if not utf8:
+        # the seed's byte rule: bytes >= 0x80 on their own; count the value's real bytes
+        obj = json.loads(res.raw.decode("latin-1"))
+    assert obj["tool"] in registry
+    want = [a.name for a in registry[obj["tool"]].required_args]
+    assert list(obj["args"]) == want
+    for v in obj["args"].values():
+        n = len(v.encode("utf-8") if utf8 else v.encode("latin-1"))
+        assert isinstance(v, str) and 1 <= n <= max_string
+    assert parse_call(res.text, registry) == (res.call, None)
+
+
+def test_two_thousand_constrained_generations_all_parse():
+    tok = small_tokenizer()
+    total = cut = 0
+    for trial in range(8):
+        rng = random.Random(trial)
+        registry = random_registry(rng)
+        max_string = rng.choice([1, 3, 8, 24, 256])
+        utf8 = rng.random() < 0.8
+        model = random_model(tok.vocab_size, seed=trial)
+        grammar = compile_grammar(registry, tok, max_string=max_string, utf8=utf8)
+        config = GenerationConfig(batch_size=rng.choice([7, 32, 64]), max_new_tokens=rng.choice([12, 40, 80]),
+                                  temperature=rng.choice([0.0, 0.7, 1.5]), top_p=rng.choice([1.0, 0.9]),
+                                  seed=trial)
+        gen = BatchGenerator(model, tok, registry, grammar, config)
+        tasks = [f"task {i}: " + "".join(rng.choice("abc +-") for _ in range(rng.randint(0, 30))) for i in range(260)]
+        results = []
+        gen.run(tasks, on_result=results.append)
+        assert [r.index for r in results] == list(range(len(tasks)))      # input order
+        for r in results:
+            check_output(r, registry, max_string, utf8)
+            cut += r.cut
+        total += len(results)
+    assert total >= 2000
+    assert cut > 0                                    # the ceiling was hit and finish() made them parse
+
+
+def test_free_arm_runs_through_the_same_code():
+    tok = small_tokenizer()
+    registry = ToolRegistry.defaults()
+    model = random_model(tok.vocab_size, seed=3)
+    gen = BatchGenerator(model, tok, registry, None, GenerationConfig(batch_size=4, max_new_tokens=10,
+                                                                     constrain=False))
+    results = []
+    gen.run(["a", "b", "c", "d", "e"], on_result=results.append)
+    assert len(results) == 5
+    for r in results:
+        call, err = parse_call(r.text, registry)
+        assert (r.call, r.error) == (call, err)
+        assert r.tokens <= 10
+
+
+def test_continuous_and_static_batching_give_the_same_greedy_calls():
+    tok = small_tokenizer()
+    registry = ToolRegistry.defaults()
+    model = random_model(tok.vocab_size, seed=5)
+    grammar = compile_grammar(registry, tok, max_string=16)
+    outs = []
+    for continuous in (True, False):
+        gen = BatchGenerator(model, tok, registry, grammar,
+                             GenerationConfig(batch_size=3, max_new_tokens=30, continuous=continuous))
+        res = []
+        gen.run([f"t{i}" for i in range(7)], on_result=res.append)
+        outs.append([(r.text, r.tokens) for r in res])
+    assert outs[0] == outs[1]
+
+
+# --- the command line ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    tok = small_tokenizer()
+    tok.write_bin(d / "tokenizer.bin")
+    config = ModelConfig(dim=16, hidden_dim=32, n_layers=1, n_heads=2, n_kv_heads=2, vocab_size=tok.vocab_size,
+                         seq_len=512)
+    write_checkpoint(d / "model.bin", config, random_weights(config, seed=0, std=0.5))
+    short = ModelConfig(dim=16, hidden_dim=32, n_layers=1, n_heads=2, n_kv_heads=2, vocab_size=tok.vocab_size,
+                        seq_len=64)
+    write_checkpoint(d / "short.bin", short, random_weights(short, seed=0))
+    other = ModelConfig(dim=16, hidden_dim=32, n_layers=1, n_heads=2, n_kv_heads=2, vocab_size=300, seq_len=64)
+    write_checkpoint(d / "other.bin", other, random_weights(other, seed=0))
+    (d / "tasks.txt").write_text("\n".join(f"compute {i} plus {i}" for i in range(12)) + "\n")
+    return d
+
+
+def run_cli(files, *extra, out=None):
+    args = ["generate", "--tasks", str(files / "tasks.txt"), "--checkpoint", str(files / "model.bin"),
+            "--tokenizer", str(files / "tokenizer.bin"), "--batch-size", "4", "--max-new-tokens", "24", "--quiet"]
+    if out:
+        args += ["--out", str(out)]
+    return main(args + list(extra))
+
+
+def test_cli_generate_writes_jsonl_in_input_order(files, tmp_path):
+    out = tmp_path / "o.jsonl"
+    assert run_cli(files, out=out) == 0
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [r["index"] for r in lines] == list(range(12))
+    assert all(json.loads(r["text"]) == r["call"] for r in lines)
+    assert set(lines[0]) >= {"task", "text", "call", "error", "tokens", "cut", "seconds"}
+
+
+def test_cli_resume_skips_finished_tasks_and_mends_a_torn_line(files, tmp_path):
+    full = tmp_path / "full.jsonl"
+    assert run_cli(files, out=full) == 0
+    part = tmp_path / "part.jsonl"
+    lines = full.read_text().splitlines(keepends=True)
+    part.write_text("".join(lines[:5]) + lines[5][:17])           # a crash mid-line
+    assert run_cli(files, "--resume", out=part) == 0
+    strip = lambda p: [{k: v for k, v in json.loads(x).items() if k != "seconds"} for x in p.read_text().splitlines()]
+    assert strip(part) == strip(full)
+
+
+@pytest.mark.parametrize("change,match", [
+    (["--checkpoint", "/nonexistent/model.bin"], "not found"),
+    (["--checkpoint", "other.bin"], "vocab_size"),
+    (["--tasks", "empty.txt"], "no tasks"),
+    (["--tools", "bad_tools.json"], "not valid JSON"),
+    (["--checkpoint", "short.bin", "--tasks", "long.txt"], "context"),
+])
+def test_cli_bad_inputs_end_with_one_clear_line(files, tmp_path, capsys, change, match):
+    (files / "empty.txt").write_text("\n\n")
+    (files / "bad_tools.json").write_text("{nope")
+    (files / "long.txt").write_text("word " * 200 + "\n")
+    change = [str(files / c) if c.endswith((".bin", ".txt", ".json")) and not c.startswith("/") else c
+              for c in change]
+    out = tmp_path / "o.jsonl"
+    args = ["generate", "--tasks", str(files / "tasks.txt"), "--checkpoint", str(files / "model.bin"),
+            "--tokenizer", str(files / "tokenizer.bin"), "--out", str(out), "--quiet"]
+    for i in range(0, len(change), 2):
+        if change[i] in args:
+            args[args.index(change[i]) + 1] = change[i + 1]
+        else:
+            args += change[i:i + 2]
+    rc = main(args)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc != 0
+    assert len(err) == 1 and err[0].startswith("batchmask: error:") and match in err[0], err
+    assert not out.exists()                                          # no partial garbage
+
+
+def _env():
+    return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+
+def test_sigint_keeps_finished_lines_and_resume_completes(files, tmp_path):
+    tasks = tmp_path / "many.txt"
+    tasks.write_text("\n".join(f"task number {i}" for i in range(400)) + "\n")
+    out = tmp_path / "o.jsonl"
+    cmd = [sys.executable, "-m", "batchmask", "generate", "--tasks", str(tasks), "--checkpoint",
+           str(files / "model.bin"), "--tokenizer", str(files / "tokenizer.bin"), "--batch-size", "2",
+           "--max-new-tokens", "24", "--out", str(out), "--quiet"]
+    proc = subprocess.Popen(cmd, env=_env(), stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and (not out.exists() or out.read_text().count("\n") < 3):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    kept = out.read_text().splitlines()
+    assert 3 <= len(kept) < 400 and "--resume" in err
+    assert [json.loads(x)["index"] for x in kept] == list(range(len(kept)))
+    done = subprocess.run(cmd + ["--resume"], env=_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert [json.loads(x)["index"] for x in out.read_text().splitlines()] == list(range(400))
+
+
+def test_torchrun_two_gloo_ranks_write_one_output_in_order(files, tmp_path):
+    single = tmp_path / "single.jsonl"
+    assert run_cli(files, out=single) == 0
+    multi = tmp_path / "multi.jsonl"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+           str(29500 + os.getpid() % 1000), "-m", "batchmask", "generate", "--tasks", str(files / "tasks.txt"),
+           "--checkpoint", str(files / "model.bin"), "--tokenizer", str(files / "tokenizer.bin"), "--batch-size", "4",
+           "--max-new-tokens", "24", "--quiet", "--device", "cpu", "--out", str(multi)]
+    done = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    strip = lambda p: [{k: v for k, v in json.loads(x).items() if k != "seconds"} for x in p.read_text().splitlines()]
+    assert strip(multi) == strip(single)
+    assert not list(tmp_path.glob("multi.jsonl.part*"))

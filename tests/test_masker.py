@@ -1,0 +1,348 @@
+"""
+BatchMasker behaviour: masking, advancing, sampling and the bookkeeping around them, on synthetic grammars
+(tests/grammar_fixtures.py) and, when the compiler and the Llama 2 tokenizer are present, on the real one.
+Most tests run the torch backend; those marked with BACKENDS also run the Triton kernels (in the interpreter
+when there is no GPU -- set before triton is imported, see tests/test_kernels.py).
+"""
+import os
+from pathlib import Path
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import importlib.util
+
+import pytest
+
+from batchmask.masker import BatchMasker, GrammarTableError, IllegalTokenError
+from tests.grammar_fixtures import make_loop_grammar, make_random_grammar
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+HAVE_TRITON = importlib.util.find_spec("triton") is not None
+BACKENDS = ["torch", pytest.param("triton", marks=pytest.mark.skipif(not HAVE_TRITON, reason="triton missing"))]
+NEG_INF = float("-inf")
+LLAMA2 = Path(__file__).resolve().parents[1].parent / "shared" / "llama2"
+
+
+def legal_matrix(g, states) -> torch.Tensor:
+    """bool [B, V] from a plain Python walk over the tables (the independent reference)."""
+    table, cls = g.class_next.long().tolist(), g.token_class.tolist()
+    return torch.tensor([[table[s][c] >= 0 for c in cls] for s in states.tolist()])
+
+
+def masker_at(g, states: list[int], backend="torch", **kw) -> BatchMasker:
+    """A masker whose rows sit in the given states (reached by walking there would take long)."""
+    m = BatchMasker(g, len(states), device=DEVICE, backend=backend, **kw)
+    m.rows.state.copy_(torch.tensor(states, dtype=torch.int32))
+    return m
+
+
+def walk(m: BatchMasker, steps: int, seed: int = 0, temperature: float = 1.0) -> list[torch.Tensor]:
+    """Sample `steps` steps from random logits; returns the tokens of each step."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(steps):
+        logits = torch.randn(m.batch_size, m.tables.vocab_size, generator=gen).to(DEVICE)
+        out.append(m.sample(logits, temperature=temperature, seed=seed))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# apply_
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_apply_masks_exactly(backend, dtype):
+    g = make_random_grammar(num_states=30, num_classes=10, vocab_size=800, seed=1)
+    states = [0, 5, 11, g.done_state, 26, 27]  # ordinary, final (26, 27) and finished rows
+    m = masker_at(g, states, backend)
+    pad = 50  # model vocabulary wider than the tokenizer's
+    logits = torch.randn(len(states), 800 + pad, generator=torch.Generator().manual_seed(2)).to(dtype).to(DEVICE)
+    masked = logits.clone()
+    counts = m.apply_(masked)
+
+    legal = torch.cat([legal_matrix(g, torch.tensor(states)), torch.zeros(len(states), pad, dtype=torch.bool)], 1)
+    masked, logits = masked.cpu(), logits.cpu()
+    assert torch.equal(masked[legal], logits[legal])  # legal logits keep their exact value
+    assert bool((masked[~legal] == NEG_INF).all())
+    assert counts.dtype == torch.int32 and counts.device.type == torch.device(DEVICE).type
+    assert counts.tolist() == legal.sum(1).tolist()
+    assert torch.equal(m.legal_counts, counts)
+    # a final state and a finished row allow EOS and nothing else
+    for r in (3, 4, 5):
+        assert legal[r].nonzero()[:, 0].tolist() == [g.eos_id]
+
+
+def test_apply_rejects_bad_logits():
+    g = make_random_grammar(vocab_size=300)
+    m = BatchMasker(g, 2, device=DEVICE)
+    with pytest.raises(ValueError, match=r"\[2, >= 300\]"):
+        m.apply_(torch.zeros(2, 299, device=DEVICE))
+    with pytest.raises(ValueError, match=r"\[2, >= 300\]"):
+        m.apply_(torch.zeros(3, 300, device=DEVICE))
+    with pytest.raises(ValueError, match="float32, bfloat16 or float16"):
+        m.apply_(torch.zeros(2, 300, dtype=torch.float64, device=DEVICE))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# advance, check, reset, text, finish
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_illegal_advance_names_row_token_and_text(backend):
+    g = make_random_grammar(num_states=30, num_classes=10, vocab_size=400, seed=3)
+    m = masker_at(g, [0, 0, 0, 0], backend)
+    legal0 = legal_matrix(g, torch.tensor([0]))[0]
+    good = int(legal0.nonzero()[0, 0])
+    bad = int((~legal0).nonzero()[-1, 0])  # an illegal id with text
+    tokens = torch.tensor([good, good, good, bad], device=DEVICE)
+    m.advance(tokens, check=False)  # deferred: no error yet, the fault is recorded on the device
+    assert m.rows.fault[3, 0] == 1
+    with pytest.raises(IllegalTokenError) as err:
+        m.check()
+    text = g.token_bytes[bad].decode()
+    assert f"row 3: token {bad} ({text!r}) is not legal in state 0" in str(err.value)
+    assert err.value.faults == [(3, bad, 0)]
+    nxt = int(g.class_next[0, g.token_class[good]])
+    assert m.states.tolist() == [nxt, nxt, nxt, 0]  # the offending row did not move
+    assert m.steps.tolist() == [1, 1, 1, 0]
+    # on the CPU the default is to check at once
+    if DEVICE == "cpu":
+        with pytest.raises(IllegalTokenError, match=r"row 0: token 5000 \('<not in the vocabulary of 400>'\)"):
+            m.reset(3)
+            m.advance(torch.tensor([5000, 2, 2, good]))
+    m.reset()
+    m.check()  # reset clears the faults
+    assert m.states.tolist() == [g.start] * 4 and m.steps.tolist() == [0] * 4
+
+
+def test_advance_rejects_bad_tokens():
+    m = BatchMasker(make_random_grammar(), 3, device=DEVICE)
+    with pytest.raises(ValueError, match=r"shape \[3\]"):
+        m.advance(torch.zeros(2, dtype=torch.int64, device=DEVICE))
+    with pytest.raises(ValueError, match="integer"):
+        m.advance(torch.zeros(3, device=DEVICE))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rows_run_to_completion(backend):
+    """Sampling walks every row through the grammar: text is the emitted tokens' bytes, finished rows only
+    emit EOS and never change, finish() is the grammar's completion of each row's state."""
+    g = make_random_grammar(num_states=20, num_classes=8, vocab_size=300, hole_frac=0.5, seed=4)
+    m = BatchMasker(g, 4, device=DEVICE, backend=backend, max_tokens=64)
+    steps = walk(m, 26, seed=5)
+    tokens = torch.stack(steps, 1).cpu()  # [B, 26]
+    assert bool(m.done.all()), "forward edges: every row finishes within S + 1 steps"
+    eos_col = (tokens == g.eos_id).int().argmax(1)  # first EOS per row
+    for r in range(4):
+        n = int(eos_col[r]) + 1
+        assert bool((tokens[r, n:] == g.eos_id).all())  # finished rows emit EOS only
+        assert m.tokens(r) == tokens[r, :n].tolist()
+        assert m.text(r) == b"".join(g.token_bytes[t] for t in tokens[r, :n - 1].tolist()).decode()
+        assert int(m.steps[r]) == n
+    assert m.finish() == [""] * 4
+    # finish() of rows that are mid-way is the fixture's shortest completion
+    m.reset([1, 2])
+    walk(m, 1, seed=6)
+    assert m.finish([1, 2]) == [g.finish_text(int(s)) for s in m.states[1:3].tolist()]
+    assert len(m.tokens(1)) == 1
+
+
+def test_history_overflow_is_reported():
+    g = make_loop_grammar(vocab_size=64)
+    m = BatchMasker(g, 1, device=DEVICE, max_tokens=4)
+    walk(m, 6)
+    assert m.states.tolist() == [0]
+    with pytest.raises(ValueError, match="row 0 emitted 6 tokens but the history holds 4"):
+        m.text(0)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# sample
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_greedy_sample_is_first_legal_maximum(backend):
+    g = make_random_grammar(num_states=30, num_classes=10, vocab_size=900, hole_frac=0.4, seed=7)
+    states = [0, 3, 8, 14, 22, 27]
+    m = masker_at(g, states, backend)
+    logits = torch.randint(-2, 2, (6, 920), generator=torch.Generator().manual_seed(8)).float().to(DEVICE)
+    masked = logits.clone()
+    masker_at(g, states).apply_(masked)
+    tokens = m.sample(logits, temperature=0.0)
+    assert tokens.dtype == torch.int64
+    assert tokens.tolist() == torch.argmax(masked, 1).tolist()  # argmax: first maximum, i.e. lowest id on ties
+    expect = [int(g.class_next[s, g.token_class[t]]) for s, t in zip(states, tokens.tolist())]
+    assert m.states.tolist() == expect
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_draw_does_not_depend_on_other_rows(backend):
+    g = make_random_grammar(num_states=30, num_classes=10, vocab_size=600, hole_frac=0.3, seed=9)
+    gen = torch.Generator().manual_seed(10)
+    small = masker_at(g, [0, 4, 7], backend)
+    big = masker_at(g, [0, 4, 7, 1, 2, 3], backend)
+    logits_small = torch.randn(3, 600, generator=gen)
+    logits_big = torch.cat([logits_small, torch.randn(3, 600, generator=gen)])
+    a = small.sample(logits_small.to(DEVICE), temperature=1.3, seed=11)
+    b = big.sample(logits_big.to(DEVICE), temperature=1.3, seed=11)
+    assert torch.equal(a, b[:3])
+    c = masker_at(g, [0, 4, 7], backend).sample(logits_small.to(DEVICE), temperature=1.3, seed=12)
+    d = masker_at(g, [0, 4, 7], backend).sample(logits_small.to(DEVICE), temperature=1.3, seed=11)
+    assert torch.equal(a, d) and not torch.equal(a, c)  # the seed matters, and reproduces
+
+
+def test_sample_rejects_bad_arguments():
+    m = BatchMasker(make_random_grammar(vocab_size=300), 2, device=DEVICE)
+    logits = torch.zeros(2, 300, device=DEVICE)
+    with pytest.raises(ValueError, match="temperature"):
+        m.sample(logits, temperature=-1.0)
+    with pytest.raises(ValueError, match="top_p"):
+        m.sample(logits, temperature=1.0, top_p=0.0)
+
+
+def chi_square_p(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    """Pearson chi-square goodness of fit p-value (upper regularised incomplete gamma)."""
+    expected = probs * counts.sum()
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    dof = counts.numel() - 1
+    return float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64),
+                                         torch.tensor(chi2 / 2, dtype=torch.float64)))
+
+
+def loop_logits(g, rows: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits that favour illegal ids heavily, with k legal loop ids of distinct weights."""
+    logits = torch.full((rows, g.vocab_size), 5.0)  # illegal ids would win everything if leaked
+    weights = torch.linspace(-1.0, 1.5, k)
+    logits[:, 3:3 + k] = weights
+    logits[:, 3 + k] = -30.0  # the 'end' id: legal but negligible
+    return logits, weights
+
+
+@pytest.mark.parametrize("backend,k,rows,steps", [
+    ("torch", 8, 20000, 1),
+    # the interpreter runs ~40 ms per program: fewer draws over fewer tokens (expected counts stay >= 40)
+    pytest.param("triton", 4, 16, 20, marks=BACKENDS[1].marks),
+])
+def test_masked_sampling_keeps_relative_probabilities(backend, k, rows, steps):
+    """Among legal tokens, sampling at temperature T follows softmax(logit / T) (chi-square, p > 1e-3)."""
+    T = 0.8
+    g = make_loop_grammar(logit_classes=k, vocab_size=64)
+    m = BatchMasker(g, rows, device=DEVICE, backend=backend, max_tokens=8)
+    logits, weights = loop_logits(g, rows, k)
+    logits = logits.to(DEVICE)
+    counts = torch.zeros(k)
+    for _ in range(steps):
+        tok = m.sample(logits, temperature=T, seed=123).cpu()
+        assert bool(((tok >= 3) & (tok <= 3 + k)).all())  # never an illegal id
+        counts += torch.bincount(tok - 3, minlength=k + 1)[:k].float()
+    probs = torch.softmax(torch.cat([weights, torch.tensor([-30.0])]) / T, 0)[:k]
+    assert chi_square_p(counts, probs / probs.sum()) > 1e-3
+
+
+def test_chi_square_detects_a_wrong_distribution():
+    """The test above has teeth: the same draws fail against a distribution without the temperature."""
+    k, T = 8, 0.8
+    g = make_loop_grammar(logit_classes=k, vocab_size=64)
+    m = BatchMasker(g, 20000, device=DEVICE, max_tokens=1)
+    logits, weights = loop_logits(g, 20000, k)
+    tok = m.sample(logits.to(DEVICE), temperature=T, seed=123).cpu()
+    counts = torch.bincount(tok - 3, minlength=k + 1)[:k].float()
+    assert chi_square_p(counts, torch.softmax(weights, 0)) < 1e-6
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_top_p_samples_only_the_nucleus(backend):
+    k, T, top_p = 8, 1.0, 0.7
+    g = make_loop_grammar(logit_classes=k, vocab_size=64)
+    rows = 4000 if backend == "torch" else 64
+    m = BatchMasker(g, rows, device=DEVICE, backend=backend, max_tokens=1)
+    logits, weights = loop_logits(g, rows, k)
+    tok = m.sample(logits.to(DEVICE), temperature=T, top_p=top_p, seed=5).cpu()
+    # nucleus by hand: most likely first, keep while the mass before a token is below top_p
+    probs = torch.softmax(torch.cat([weights, torch.tensor([-30.0])]) / T, 0)
+    order = sorted(range(k + 1), key=lambda i: -float(probs[i]))
+    nucleus, mass = [], 0.0
+    for i in order:
+        if mass >= top_p:
+            break
+        nucleus.append(3 + i)
+        mass += float(probs[i])
+    assert set(tok.tolist()) <= set(nucleus)
+    if backend == "torch":
+        counts = torch.tensor([(tok == t).sum() for t in nucleus]).float()
+        p = probs[[t - 3 for t in nucleus]]
+        assert chi_square_p(counts, p / p.sum()) > 1e-3
+
+
+@pytest.mark.skipif(not HAVE_TRITON, reason="triton missing")
+def test_backends_sample_the_same_tokens():
+    g = make_random_grammar(num_states=30, num_classes=10, vocab_size=700, hole_frac=0.4, seed=13)
+    a = BatchMasker(g, 4, device=DEVICE, backend="torch")
+    b = BatchMasker(g, 4, device=DEVICE, backend="triton")
+    for T, top_p in [(0.0, 1.0), (1.0, 1.0), (0.7, 0.9), (1.0, 1.0)]:
+        walk_a, walk_b = walk(a, 3, seed=14, temperature=T), walk(b, 3, seed=14, temperature=T)
+        assert all(torch.equal(x, y) for x, y in zip(walk_a, walk_b))
+    assert torch.equal(a.states, b.states) and [a.text(r) for r in range(4)] == [b.text(r) for r in range(4)]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# construction
+
+def test_bad_backend_and_tables():
+    g = make_random_grammar()
+    with pytest.raises(ValueError, match="backend"):
+        BatchMasker(g, 2, backend="cuda")
+    g.class_next = g.class_next.clone()
+    g.class_next[3, 2] = g.num_states  # points past the last state
+    with pytest.raises(GrammarTableError, match=r"class_next values must be in \[-1, 40\)"):
+        BatchMasker(g, 2)
+
+
+def test_int32_tables_work_like_int16():
+    a = make_random_grammar(seed=20, index_dtype=torch.int16)
+    b = make_random_grammar(seed=20, index_dtype=torch.int32)
+    ma, mb = BatchMasker(a, 3, device=DEVICE), BatchMasker(b, 3, device=DEVICE)
+    assert all(torch.equal(x, y) for x, y in zip(walk(ma, 10, seed=21), walk(mb, 10, seed=21)))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the real compiler and tokenizer, when they exist
+
+def real_grammar():
+    try:
+        from batchmask.compiler import compile_grammar
+        from batchmask.registry import ToolRegistry
+        from models.tokenizer import load_tokenizer
+    except ImportError as e:
+        pytest.skip(f"real compiler / tokenizer not available yet: {e}")
+    if not (LLAMA2 / "tokenizer.model").exists():
+        pytest.skip(f"{LLAMA2 / 'tokenizer.model'} is absent")
+    return compile_grammar(ToolRegistry.defaults(), load_tokenizer(str(LLAMA2 / "tokenizer.model")), device=DEVICE)
+
+
+@pytest.fixture(scope="module")
+def llama_grammar():
+    return real_grammar()
+
+
+def test_real_grammar_walk(llama_grammar):
+    g = llama_grammar
+    m = BatchMasker(g, 8, device=DEVICE, max_tokens=512)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(400):
+        logits = torch.randn(8, g.vocab_size, generator=gen).to(DEVICE)
+        masked = logits.clone()
+        counts = m.apply_(masked)
+        legal = masked > NEG_INF
+        assert torch.equal(legal.cpu(), g.allowed(m.states).cpu())
+        assert counts.tolist() == legal.sum(1).tolist()
+        m.sample(logits, temperature=1.0, seed=1)
+        if bool(m.done.all()):
+            break
+    for r in range(8):
+        if bool(m.done[r]):
+            assert m.finish([r]) == [""]
+        else:
+            assert m.finish([r]) == [g.finish_text(int(m.states[r]))]
+        m.text(r)  # decodes
