@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from . import utf8 as U
-from .dfa import ByteDFA, build_byte_dfa
+from .dfa import ByteDFA, build_byte_dfa, byte_table
 from .grammar import QUOTE, tool_paths
 from .registry import ToolRegistry
 
@@ -115,9 +115,11 @@ def _value_signature(dfa: ByteDFA, delta, bytes_, lengths, body: torch.Tensor):
     pos = torch.arange(L, device=dev)
     in_token = pos[None, :] < lengths[:, None]                               # [V, L]
     is_body = (body >= 0).any(0)                                             # [256]
-    bodyish = is_body[bytes_.long()] & in_token                              # [V, L]
-    run = torch.cumprod(bodyish.to(torch.int8), 1).sum(1)                    # [V] leading body bytes
-    stop = bytes_[torch.arange(V, device=dev), run.clamp(max=L - 1)].long()  # byte after the run
+    flat = bytes_.reshape(-1).long()
+    bodyish = is_body.index_select(0, flat).view(V, L) & in_token            # [V, L]
+    # leading body bytes = index of the first non-body position (a False column closes every row)
+    run = torch.cat([bodyish, torch.zeros(V, 1, dtype=torch.bool, device=dev)], 1).to(torch.uint8).argmin(1)
+    stop = bytes_.gather(1, run.clamp(max=L - 1)[:, None]).squeeze(1).long()  # byte after the run
     kind = torch.where(lengths == 0, _EMPTY,
                        torch.where(run == lengths, _BODY,
                                    torch.where(stop == QUOTE, _CLOSES, _BREAKS)))
@@ -126,14 +128,19 @@ def _value_signature(dfa: ByteDFA, delta, bytes_, lengths, body: torch.Tensor):
     # between characters. Only runs holding bytes >= 0x80 need the automaton.
     eff = torch.where(run[None, :] == 0, torch.arange(Ub, device=dev)[:, None],
                       torch.where(torch.arange(Ub, device=dev)[:, None] == U.BOUNDARY, U.BOUNDARY, -1))
-    high = torch.nonzero(((bytes_ >= 0x80) & (pos[None, :] < run[:, None])).any(1)).flatten()
+    high = torch.nonzero(((bytes_ >= 0x80) & (pos[None, :] < run[:, None])).any(1)).flatten() if Ub > 1 else []
     if Ub > 1 and len(high):
-        sink = torch.cat([body, torch.full((1, 256), -1, dtype=body.dtype, device=dev)])  # row Ub: dead
+        flat_sink = torch.cat([body, torch.full((1, 256), -1, dtype=body.dtype, device=dev)]).reshape(-1)  # row Ub: dead
+        hrun, order = torch.sort(run[high], descending=True)                           # longest runs first
+        high = high[order]
+        hb = bytes_[high].long()                                                       # [H, L]
         sub = torch.arange(Ub, device=dev)[:, None].expand(Ub, len(high)).clone()      # [Ub, H]
-        hb, hrun = bytes_[high].long(), run[high]
-        for i in range(int(hrun.max())):
-            step = sink[torch.where(sub >= 0, sub, Ub), hb[:, i][None, :].expand_as(sub)]
-            sub = torch.where((i < hrun)[None, :], step, sub)
+        live_count = torch.bincount(hrun, minlength=L + 1).flip(0).cumsum(0).flip(0)   # [L+1] runs longer than i-1
+        for i in range(int(hrun[0])):
+            n = int(live_count[i + 1])                  # tokens whose run is longer than i
+            cur = sub[:, :n]
+            idx = torch.where(cur >= 0, cur, Ub) * 256 + hb[:n, i][None, :]
+            sub[:, :n] = flat_sink.index_select(0, idx.reshape(-1)).view(Ub, n)
         eff[:, high] = sub
     # After a closing quote the token's remainder runs from the block's post-quote state.
     closers = torch.nonzero(kind == _CLOSES).flatten()
@@ -146,21 +153,26 @@ def _value_signature(dfa: ByteDFA, delta, bytes_, lengths, body: torch.Tensor):
 
 def _value_rows(dfa: ByteDFA, kind, run, eff, after, dev) -> torch.Tensor:
     """int64 [n_value_states, C]: next state from every value state for C class representatives."""
-    pending = torch.as_tensor(U.PENDING[: dfa.num_substates], device=dev)
+    Ub = dfa.num_substates
+    pending = torch.as_tensor(U.PENDING[:Ub], device=dev)
+    stays_kind = (kind == _BODY)[None, :]                                     # [1, C]
+    closes_kind = (kind == _CLOSES)[None, :]                                  # [1, C]
     rows = []
-    for k, blk in enumerate(dfa.blocks):
+    for k, blk in enumerate(dfa.blocks):     # a loop over blocks (a handful)
         ns = torch.as_tensor(blk.ns, device=dev)[:, None]                    # [Nb, 1]
-        us = torch.as_tensor(blk.us, device=dev)[:, None]                    # [Nb, 1]
-        grid = torch.as_tensor(blk.grid, device=dev)
-        e = eff[us.squeeze(1)]                                               # [Nb, C] sub-state after the run
+        us = torch.as_tensor(blk.us, device=dev)                             # [Nb]
+        grid = torch.as_tensor(blk.grid, device=dev).reshape(-1)             # [(max+1) * Ub]
+        e = eff.index_select(0, us)                                          # [Nb, C] sub-state after the run
+        ec = e.clamp(min=0)
         n2 = ns + run[None, :]                                               # [Nb, C] bytes after the run
         # Stays in the value: well formed, and its last character fits under the cap.
-        stays = (kind[None, :] == _BODY) & (e >= 0) & (n2 + pending[e.clamp(min=0)] <= blk.max)
-        inside = grid[n2.clamp(max=blk.max), e.clamp(min=0)]
+        end = n2 + pending.index_select(0, ec.reshape(-1)).view_as(ec)
+        stays = stays_kind & (e >= 0) & (end <= blk.max)
+        inside = grid.index_select(0, (n2.clamp(max=blk.max) * Ub + ec).reshape(-1)).view_as(n2)
         # Closes the value: at a character boundary, with the minimum met, then the rest fits.
-        closes = ((kind[None, :] == _CLOSES) & (e == U.BOUNDARY) & (n2 >= blk.min) & (n2 <= blk.max)
-                  & (after[k][None, :] >= 0))
-        rows.append(torch.where(stays, inside, torch.where(closes, after[k][None, :].expand_as(n2), -1)))
+        closes = closes_kind & (e == U.BOUNDARY) & (n2 >= blk.min) & (n2 <= blk.max) & (after[k] >= 0)[None, :]
+        out = torch.where(stays, inside, -1)
+        rows.append(torch.where(closes, after[k][None, :], out))
     return torch.cat(rows) if rows else torch.empty((0, kind.shape[0]), dtype=torch.int64, device=dev)
 
 
@@ -218,7 +230,7 @@ def compile_grammar(registry: ToolRegistry, tokenizer, max_string: int = 256, ut
     t0 = time.perf_counter()
     dev = torch.device(device)
     paths = tool_paths(registry, max_string)
-    dfa, delta_np = build_byte_dfa(paths, utf8=utf8)
+    dfa = build_byte_dfa(paths, utf8=utf8)
     token_bytes = list(tokenizer.token_bytes)
     eos_id = int(tokenizer.eos_id)
     V = len(token_bytes)
@@ -226,7 +238,7 @@ def compile_grammar(registry: ToolRegistry, tokenizer, max_string: int = 256, ut
         raise ValueError(f"eos_id {eos_id} is outside the vocabulary (size {V})")
     token_bytes[eos_id] = b""          # EOS carries no text: it is handled as its own class
     bytes_, lengths = _token_matrix(token_bytes, dev)
-    delta = torch.as_tensor(delta_np, device=dev)
+    delta = torch.as_tensor(byte_table(dfa, value_depth=bytes_.shape[1]), device=dev)
     body = torch.as_tensor(U.body_table(utf8), device=dev)
     S_dfa, n_lit = dfa.num_states, dfa.num_lit
 
@@ -462,7 +474,7 @@ class CompiledGrammar:
             raise GrammarCacheError(f"{path}: corrupt grammar cache (tables have inconsistent shapes or values)")
         # The DFA description (for finish/describe) is cheap to rebuild from the registry.
         reg = registry if registry is not None else _registry_from_key(meta["registry"])
-        dfa, _ = build_byte_dfa(tool_paths(reg, meta["max_string"]), utf8=meta["utf8"])
+        dfa = build_byte_dfa(tool_paths(reg, meta["max_string"]), utf8=meta["utf8"])
         if dfa.num_states + 1 != S:
             raise GrammarCacheError(f"{path}: corrupt grammar cache ({S} states, the registry gives "
                                     f"{dfa.num_states + 1})")

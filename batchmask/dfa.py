@@ -117,8 +117,8 @@ def _suffix_key(suffix) -> tuple:
     return tuple(("L", seg.text) if isinstance(seg, Lit) else ("S", seg.min, seg.max) for seg in suffix)
 
 
-def build_byte_dfa(paths: list[tuple[Segment, ...]], utf8: bool = True) -> tuple[ByteDFA, np.ndarray]:
-    """Subset construction. Returns the DFA and its dense byte table int64 [S, 256] (-1 = dead)."""
+def build_byte_dfa(paths: list[tuple[Segment, ...]], utf8: bool = True) -> ByteDFA:
+    """Subset construction: the literal states by BFS, the value blocks laid out as grids."""
     dfa = ByteDFA(utf8=utf8, num_substates=U.NUM_SUBSTATES if utf8 else 1)
     lit_index: dict[tuple, int] = {}
     block_index: dict[tuple, int] = {}
@@ -196,7 +196,7 @@ def build_byte_dfa(paths: list[tuple[Segment, ...]], utf8: bool = True) -> tuple
     for blk in dfa.blocks:
         blk.after_quote = resolve(_enter(blk.suffix[0].text[1:], blk.suffix[1:]))
     dfa.lit_edges = {(sid, b): resolve(t) for sid, b, t in pending_edges}
-    return dfa, _byte_table(dfa)
+    return dfa
 
 
 def _value_segment(paths, suffix) -> Str:
@@ -207,22 +207,30 @@ def _value_segment(paths, suffix) -> Str:
     raise AssertionError("value block without a value segment")
 
 
-def _byte_table(dfa: ByteDFA) -> np.ndarray:
-    """int64 [S, 256]: the state after one byte, -1 where the byte is illegal."""
+def byte_table(dfa: ByteDFA, value_depth: int | None = None) -> np.ndarray:
+    """int64 [S, 256]: the state after one byte, -1 where the byte is illegal.
+
+    With `value_depth`, value-state rows are filled only for byte counts below it and left
+    dead beyond: the compiler walks tokens byte by byte only from literal states, and a token
+    of at most L bytes that enters a value (at count 0) never gets past count L - 1; deeper
+    value states are handled by the compiler's per-token arithmetic instead.
+    """
     S = dfa.num_states
     delta = np.full((S, 256), -1, dtype=np.int64)
     for (sid, b), t in dfa.lit_edges.items():
         delta[sid, b] = t
     body = U.body_table(dfa.utf8)                      # [U, 256]
     for blk in dfa.blocks:
-        rows = blk.base + np.arange(len(blk.ns))       # [Nb]
-        nxt_u = body[blk.us]                           # [Nb, 256] sub-state after each byte
-        n1 = blk.ns[:, None] + 1                       # [Nb, 1]
+        keep = blk.ns < (value_depth if value_depth is not None else blk.max + 1)
+        rows = blk.base + np.flatnonzero(keep)         # [Nb]
+        ns, us = blk.ns[keep], blk.us[keep]
+        nxt_u = body[us]                               # [Nb, 256] sub-state after each byte
+        n1 = ns[:, None] + 1                           # [Nb, 1]
         fits = (nxt_u >= 0) & (n1 + U.PENDING[np.maximum(nxt_u, 0)] <= blk.max)
         grid_pad = np.vstack([blk.grid, np.full((1, blk.grid.shape[1]), -1)])  # row max+1 = overflow
         target = grid_pad[np.minimum(n1, blk.max + 1), np.maximum(nxt_u, 0)]
         delta[rows] = np.where(fits, target, -1)
         # The quote ends the value: only between characters and once the minimum is met.
-        closes = (blk.us == U.BOUNDARY) & (blk.ns >= blk.min)
+        closes = (us == U.BOUNDARY) & (ns >= blk.min)
         delta[rows[closes], QUOTE] = blk.after_quote
     return delta
