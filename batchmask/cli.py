@@ -269,8 +269,9 @@ def cmd_compile(args) -> int:
     dt = time.perf_counter() - t
     print(f"registry: {', '.join(registry.names)}")
     print(f"vocabulary: {tokenizer.vocab_size} tokens ({tok_path})")
-    print(f"states: {g.num_states}  token classes: {g.num_classes}  table: {tuple(g.class_next.shape)} "
-          f"{str(g.class_next.dtype).removeprefix('torch.')}  device bytes: {g.nbytes:,}  compile: {dt * 1e3:.1f} ms")
+    print(f"states: {g.num_states}  rows: {g.num_rows}  token classes: {g.num_classes}  "
+          f"table: {tuple(g.row_next.shape)} {str(g.row_next.dtype).removeprefix('torch.')}  "
+          f"device bytes: {g.nbytes:,}  compile: {dt * 1e3:.1f} ms")
     if args.out:
         g.save(args.out)
         print(f"wrote {args.out}")

@@ -36,7 +36,7 @@ from .dfa import ByteDFA, build_byte_dfa, byte_table
 from .grammar import QUOTE, tool_paths
 from .registry import ToolRegistry
 
-CACHE_FORMAT = "batchmask-grammar/1"
+CACHE_FORMAT = "batchmask-grammar/2"
 
 # Value-state signature kinds of a token.
 _EMPTY, _BODY, _CLOSES, _BREAKS = 0, 1, 2, 3
@@ -151,16 +151,29 @@ def _value_signature(dfa: ByteDFA, delta, bytes_, lengths, body: torch.Tensor):
     return kind, run, eff, after
 
 
-def _value_rows(dfa: ByteDFA, kind, run, eff, after, dev) -> torch.Tensor:
-    """int64 [n_value_states, C]: next state from every value state for C class representatives."""
+def _value_rows(dfa: ByteDFA, kind, run, eff, after, dev, far_depth=None):
+    """Next state from value states for C class representatives: (state ids [N], rows int64 [N, C]).
+
+    With `far_depth`, the states of each block that are `far` (see _far_mask) are represented by
+    the first of them per sub-state; the rest are skipped (they share its row, shifted).
+    """
     Ub = dfa.num_substates
     pending = torch.as_tensor(U.PENDING[:Ub], device=dev)
     stays_kind = (kind == _BODY)[None, :]                                     # [1, C]
     closes_kind = (kind == _CLOSES)[None, :]                                  # [1, C]
-    rows = []
+    ids_out, rows = [], []
     for k, blk in enumerate(dfa.blocks):     # a loop over blocks (a handful)
-        ns = torch.as_tensor(blk.ns, device=dev)[:, None]                    # [Nb, 1]
-        us = torch.as_tensor(blk.us, device=dev)                             # [Nb]
+        far = _far_mask(blk, far_depth, dev)
+        us_all = torch.as_tensor(blk.us, device=dev)
+        keep = ~far
+        if bool(far.any()):                  # keep the first far state of each sub-state
+            idx = torch.arange(len(far), device=dev)
+            first = torch.full((Ub,), len(far), dtype=torch.int64, device=dev)
+            first.scatter_reduce_(0, us_all[far], idx[far], reduce="amin")
+            keep[first[first < len(far)]] = True
+        sel = torch.nonzero(keep).flatten()
+        ns = torch.as_tensor(blk.ns, device=dev)[sel][:, None]               # [Nb, 1]
+        us = us_all[sel]                                                     # [Nb]
         grid = torch.as_tensor(blk.grid, device=dev).reshape(-1)             # [(max+1) * Ub]
         e = eff.index_select(0, us)                                          # [Nb, C] sub-state after the run
         ec = e.clamp(min=0)
@@ -173,7 +186,11 @@ def _value_rows(dfa: ByteDFA, kind, run, eff, after, dev) -> torch.Tensor:
         closes = closes_kind & (e == U.BOUNDARY) & (n2 >= blk.min) & (n2 <= blk.max) & (after[k] >= 0)[None, :]
         out = torch.where(stays, inside, -1)
         rows.append(torch.where(closes, after[k][None, :], out))
-    return torch.cat(rows) if rows else torch.empty((0, kind.shape[0]), dtype=torch.int64, device=dev)
+        ids_out.append(blk.base + sel)
+    if not rows:
+        return (torch.empty(0, dtype=torch.int64, device=dev),
+                torch.empty((0, kind.shape[0]), dtype=torch.int64, device=dev))
+    return torch.cat(ids_out), torch.cat(rows)
 
 
 def _classes_of(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -227,8 +244,21 @@ def compile_grammar(registry: ToolRegistry, tokenizer, max_string: int = 256, ut
     `tokenizer` needs `token_bytes` (list[bytes], b"" for ids with no text), `eos_id`, and
     optionally `vocab_hash()`.
     """
-    t0 = time.perf_counter()
     dev = torch.device(device)
+    if dev.type != "cpu":
+        return _compile(registry, tokenizer, max_string, utf8, dev)
+    # The work is many mid-sized ops: a second intra-op thread buys little, and when another
+    # process holds a core it costs a lot (threads spin at every op's barrier). One thread here.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _compile(registry, tokenizer, max_string, utf8, dev)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _compile(registry, tokenizer, max_string, utf8, dev) -> "CompiledGrammar":
+    t0 = time.perf_counter()
     paths = tool_paths(registry, max_string)
     dfa = build_byte_dfa(paths, utf8=utf8)
     token_bytes = list(tokenizer.token_bytes)
@@ -260,31 +290,47 @@ def compile_grammar(registry: ToolRegistry, tokenizer, max_string: int = 256, ut
     token_class, rep = _classes_of(keys)
     C = len(rep)
 
-    # Fill the table for one representative per class.
-    table = torch.full((S_dfa + 1, C), -1, dtype=torch.int64, device=dev)       # + done state
+    # Rows of the table: literal states, value states, final, done. Value states far from both
+    # ends of their value behave alike up to a shift, so only one row per sub-state is computed
+    # for them (see _factor_rows); every other state gets its own.
     done = S_dfa
     rep_pos = torch.full((V,), -1, dtype=torch.int64, device=dev)
     rep_pos[rep] = torch.arange(C, device=dev)
+    lit_rows = torch.full((n_lit, C), -1, dtype=torch.int64, device=dev)
     sel = rep_pos[tok] >= 0
-    table[src[sel], rep_pos[tok[sel]]] = nxt[sel]
-    table[n_lit:dfa.final] = _value_rows(dfa, kind[rep], run[rep], eff[:, rep], after[:, rep], dev)
+    lit_rows[src[sel], rep_pos[tok[sel]]] = nxt[sel]
     eos_class = int(token_class[eos_id])
-    table[dfa.final, eos_class] = done          # a complete call allows EOS and nothing else
-    table[done, eos_class] = done               # and a finished row stays finished
-
+    end_rows = torch.full((2, C), -1, dtype=torch.int64, device=dev)
+    end_rows[:, eos_class] = done               # a complete call allows EOS only; a finished row stays finished
     class_size = torch.bincount(token_class, minlength=C)
-    table = _prune_dead_ends(table, class_size, final_states=(dfa.final, done))
+    sig = (kind[rep], run[rep], eff[:, rep], after[:, rep])
+    far_depth = bytes_.shape[1] + int(U.PENDING.max())
+    value_ids, value_rows = _value_rows(dfa, *sig, dev, far_depth=far_depth)
+    rows = torch.cat([lit_rows, value_rows, end_rows])                             # [n_rows, C] absolute
+    row_state = torch.cat([torch.arange(n_lit, device=dev), value_ids,
+                           torch.tensor([dfa.final, done], device=dev)])           # [n_rows]
+    dead = ((rows >= 0) & (class_size > 0)[None, :]).sum(1) == 0
+    if bool(dead.any()):
+        # Some states have no way out (a vocabulary without single bytes): prune on the full table.
+        value_ids, value_rows = _value_rows(dfa, *sig, dev, far_depth=None)
+        full = torch.cat([lit_rows, value_rows, end_rows])
+        full = _prune_dead_ends(full, class_size, final_states=(dfa.final, done))
+        rows, row_state = full, torch.arange(S_dfa + 1, device=dev)
+    state_row, row_next = _factor_rows(dfa, rows, row_state, S_dfa + 1, n_lit, far_depth)
     # Merge classes whose columns came out equal (signatures are sufficient, not necessary).
-    merged, col_rep = _classes_of(table.T.contiguous())
-    table = table[:, col_rep]
+    merged, col_rep = _classes_of(row_next.T.contiguous())
+    row_next = row_next[:, col_rep]
     token_class = merged[token_class]
-    class_size = torch.bincount(token_class, minlength=table.shape[1])
+    class_size = torch.bincount(token_class, minlength=row_next.shape[1])
+    row_legal = ((row_next != -1).to(torch.int64) @ class_size).to(torch.int32)   # [R]
 
-    store = torch.int16 if S_dfa + 1 <= torch.iinfo(torch.int16).max else torch.int32
+    lo, hi = int(row_next.min()), int(row_next.max())
+    store = torch.int16 if -32768 <= lo and hi <= 32767 else torch.int32
     g = CompiledGrammar(
         token_class=token_class.to(torch.int32),
-        class_next=table.to(store),
-        legal_count=((table >= 0).to(torch.int64) @ class_size).to(torch.int32),
+        state_row=state_row.to(torch.int32),
+        row_next=row_next.to(store),
+        legal_count=row_legal[state_row],
         final=torch.zeros(S_dfa + 1, dtype=torch.bool, device=dev).index_fill_(
             0, torch.tensor([dfa.final, done], device=dev), True),
         start=0, eos_id=eos_id, done_state=done,
@@ -295,6 +341,44 @@ def compile_grammar(registry: ToolRegistry, tokenizer, max_string: int = 256, ut
     )
     g.compile_seconds = time.perf_counter() - t0
     return g
+
+
+def _factor_rows(dfa: ByteDFA, rows, row_state, S: int, n_lit: int, far_depth):
+    """Share rows between states: (state_row int64 [S], row_next int64 [R, C]).
+
+    In a value state's row, a move that stays inside the value is stored relative to the state
+    (code -2 - (target - state), always <= -3: a value only grows); moves to literal states
+    stay absolute, -1 is illegal. Value states far from both ends of their block then have
+    identical rows per sub-state, and equal rows anywhere are stored once: R stays in the
+    hundreds whatever max_string is, and the table is a few hundred KB instead of S x C.
+    """
+    dev = rows.device
+    is_value = (row_state >= n_lit) & (row_state < dfa.final)
+    rel = is_value[:, None] & (rows > row_state[:, None])
+    codes = torch.where(rel, -2 - (rows - row_state[:, None]), rows)                # [n_rows, C]
+    row_of, uniq = _classes_of(codes)
+    row_next = codes[uniq]
+    state_row = torch.full((S,), -1, dtype=torch.int64, device=dev)
+    state_row[row_state] = row_of
+    if len(row_state) < S:
+        # States not computed share their sub-state's representative (see _value_rows).
+        for blk in dfa.blocks:
+            ids = blk.base + torch.arange(len(blk.ns), device=dev)
+            far = _far_mask(blk, far_depth, dev)
+            us = torch.as_tensor(blk.us, device=dev)
+            first_far = torch.full((dfa.num_substates,), -1, dtype=torch.int64, device=dev)
+            first_far.scatter_reduce_(0, us[far], ids[far], reduce="amin", include_self=False)
+            state_row[ids[far]] = state_row[first_far[us[far]]]
+    assert int(state_row.min()) >= 0, "every state has a row"
+    return state_row, row_next
+
+
+def _far_mask(blk, far_depth, dev) -> torch.Tensor:
+    """bool [Nb]: value states whose every move lands inside the block's full grid, away from the cap."""
+    ns = torch.as_tensor(blk.ns, device=dev)
+    if far_depth is None:
+        return torch.zeros_like(ns, dtype=torch.bool)
+    return (ns >= max(1, blk.min)) & (ns + far_depth <= blk.max)
 
 
 def _prune_dead_ends(table: torch.Tensor, class_size: torch.Tensor, final_states) -> torch.Tensor:
@@ -339,13 +423,30 @@ def _hash_vocab(token_bytes, eos_id) -> str:
     return h.hexdigest()
 
 
-class CompiledGrammar:
-    """The compiled tool-call grammar: a token-class transition table on one device."""
+def decode_next(codes: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
+    """Row-table codes -> next states: >= 0 absolute, -1 illegal, <= -2 relative (state + (-2 - code))."""
+    codes = codes.long()
+    return torch.where(codes >= 0, codes, torch.where(codes == -1, codes, states - 2 - codes))
 
-    def __init__(self, token_class, class_next, legal_count, final, start, eos_id, done_state,
+
+class CompiledGrammar:
+    """The compiled tool-call grammar: a factored state x token table on one device.
+
+        token_class  int32 [V]       the column each token uses
+        state_row    int32 [S]       the row each state uses
+        row_next     int16 [R, C]    next-state codes (see decode_next); int32 if they need it
+        legal_count  int32 [S]       how many token ids are legal in each state
+        final        bool  [S]       the call is complete (EOS, and only EOS, is legal)
+
+    next_state(s, t) = decode_next(row_next[state_row[s], token_class[t]], s).
+    `class_next` materialises the plain [S, C] table of next states (-1 illegal) on demand.
+    """
+
+    def __init__(self, token_class, state_row, row_next, legal_count, final, start, eos_id, done_state,
                  token_bytes, finish_table, meta, dfa=None):
         self.token_class = token_class          # int32 [V]
-        self.class_next = class_next            # int16/int32 [S, C], -1 = illegal
+        self.state_row = state_row              # int32 [S]
+        self.row_next = row_next                # int16/int32 [R, C]
         self.legal_count = legal_count          # int32 [S]
         self.final = final                      # bool [S]
         self.start = int(start)
@@ -356,19 +457,24 @@ class CompiledGrammar:
         self.meta = meta
         self.dfa = dfa
         self.compile_seconds = 0.0
+        self._class_next = None
 
     # --- shape ------------------------------------------------------------------------------
     @property
     def device(self) -> torch.device:
-        return self.class_next.device
+        return self.row_next.device
 
     @property
     def num_states(self) -> int:
-        return self.class_next.shape[0]
+        return self.state_row.shape[0]
+
+    @property
+    def num_rows(self) -> int:
+        return self.row_next.shape[0]
 
     @property
     def num_classes(self) -> int:
-        return self.class_next.shape[1]
+        return self.row_next.shape[1]
 
     @property
     def vocab_size(self) -> int:
@@ -376,13 +482,23 @@ class CompiledGrammar:
 
     @property
     def nbytes(self) -> int:
+        """Device memory held by the grammar's tables."""
         return sum(t.element_size() * t.numel()
-                   for t in (self.token_class, self.class_next, self.legal_count, self.final))
+                   for t in (self.token_class, self.state_row, self.row_next, self.legal_count, self.final))
+
+    @property
+    def class_next(self) -> torch.Tensor:
+        """int32 [S, C]: the unfactored table of next states (-1 illegal), built on first use."""
+        if self._class_next is None:
+            S = self.num_states
+            states = torch.arange(S, device=self.device)[:, None]
+            self._class_next = decode_next(self.row_next[self.state_row.long()], states).to(torch.int32)
+        return self._class_next
 
     def to(self, device) -> "CompiledGrammar":
-        g = CompiledGrammar(self.token_class.to(device), self.class_next.to(device), self.legal_count.to(device),
-                            self.final.to(device), self.start, self.eos_id, self.done_state, self.token_bytes,
-                            self._finish, self.meta, self.dfa)
+        g = CompiledGrammar(self.token_class.to(device), self.state_row.to(device), self.row_next.to(device),
+                            self.legal_count.to(device), self.final.to(device), self.start, self.eos_id,
+                            self.done_state, self.token_bytes, self._finish, self.meta, self.dfa)
         g.compile_seconds = self.compile_seconds
         return g
 
@@ -399,13 +515,13 @@ class CompiledGrammar:
         t = torch.as_tensor(tokens, device=self.device).long()
         in_vocab = (t >= 0) & (t < self.vocab_size)
         cls = self.token_class[t.clamp(0, self.vocab_size - 1)].long()
-        nxt = self.class_next[s, cls].long()
+        nxt = decode_next(self.row_next[self.state_row[s].long(), cls], s)
         return torch.where(in_vocab, nxt, torch.full_like(nxt, -1))
 
     def allowed(self, states) -> torch.Tensor:
         """BoolTensor [n, V]: which tokens are legal in each state."""
         s = self._states(states).reshape(-1)
-        return self.class_next[s][:, self.token_class.long()] >= 0
+        return self.row_next[self.state_row[s].long()][:, self.token_class.long()] != -1
 
     def is_final(self, states) -> torch.Tensor:
         return self.final[self._states(states)]
@@ -435,16 +551,17 @@ class CompiledGrammar:
         return self.dfa.describe(state)
 
     # --- cache -------------------------------------------------------------------------------
+    _TABLES = ("token_class", "state_row", "row_next", "legal_count", "final")
+
     def save(self, path) -> None:
-        payload = {"meta": self.meta, "token_class": self.token_class.cpu(), "class_next": self.class_next.cpu(),
-                   "legal_count": self.legal_count.cpu(), "final": self.final.cpu(), "start": self.start,
-                   "eos_id": self.eos_id, "done_state": self.done_state}
+        payload = {"meta": self.meta, "start": self.start, "eos_id": self.eos_id, "done_state": self.done_state}
+        payload.update({k: getattr(self, k).cpu() for k in self._TABLES})
         torch.save(payload, Path(path))
 
     @classmethod
     def load(cls, path, device="cpu", registry: ToolRegistry | None = None, tokenizer=None,
              max_string: int | None = None, utf8: bool | None = None) -> "CompiledGrammar":
-        """Load a cache file. With `registry`/`tokenizer` (and options) given, refuse a file built for others."""
+        """Load a cache file, refusing one built for another registry, vocabulary or options."""
         path = Path(path)
         try:
             payload = torch.load(path, map_location="cpu", weights_only=True)
@@ -452,13 +569,14 @@ class CompiledGrammar:
             raise GrammarCacheError(f"{path}: grammar cache not found") from None
         except Exception as e:  # torch raises many kinds on a corrupt zip/pickle
             raise GrammarCacheError(f"{path}: not a readable grammar cache ({type(e).__name__}: {e})") from None
-        if not isinstance(payload, dict) or payload.get("meta", {}).get("format") != CACHE_FORMAT:
+        if not isinstance(payload, dict) or not isinstance(payload.get("meta"), dict) \
+                or payload["meta"].get("format") != CACHE_FORMAT:
             raise GrammarCacheError(f"{path}: not a batchmask grammar cache (expected format {CACHE_FORMAT!r})")
         meta = payload["meta"]
         if tokenizer is None:
             raise GrammarCacheError(f"{path}: loading needs the tokenizer it was built for")
-        expect = _meta(registry if registry is not None else _registry_from_key(meta["registry"]),
-                       tokenizer, meta["max_string"] if max_string is None else max_string,
+        reg = registry if registry is not None else _registry_from_key(meta["registry"])
+        expect = _meta(reg, tokenizer, meta["max_string"] if max_string is None else max_string,
                        meta["utf8"] if utf8 is None else utf8)
         for field_ in ("registry", "max_string", "utf8", "vocab_hash", "vocab_size"):
             if meta.get(field_) != expect[field_]:
@@ -466,25 +584,28 @@ class CompiledGrammar:
                 if field_ == "vocab_hash":
                     got, want = str(got)[:12] + "...", str(want)[:12] + "..."
                 raise GrammarCacheError(f"{path}: built for another {field_}: file has {got!r}, expected {want!r}")
-        t = {k: payload[k] for k in ("token_class", "class_next", "legal_count", "final")}
-        S, C = t["class_next"].shape
-        if (t["token_class"].shape != (meta["vocab_size"],) or t["legal_count"].shape != (S,)
-                or t["final"].shape != (S,) or int(t["token_class"].max()) >= C
-                or int(t["class_next"].max()) >= S or int(t["class_next"].min()) < -1):
-            raise GrammarCacheError(f"{path}: corrupt grammar cache (tables have inconsistent shapes or values)")
+        try:
+            t = {k: payload[k] for k in cls._TABLES}
+            S, (R, C) = t["state_row"].shape[0], t["row_next"].shape
+            ok = (t["token_class"].shape == (meta["vocab_size"],) and t["legal_count"].shape == (S,)
+                  and t["final"].shape == (S,) and 0 <= int(t["token_class"].min()) and int(t["token_class"].max()) < C
+                  and 0 <= int(t["state_row"].min()) and int(t["state_row"].max()) < R
+                  and int(t["row_next"].max()) < S)
+        except (KeyError, AttributeError, ValueError, RuntimeError, TypeError):
+            ok = False
+        if not ok:
+            raise GrammarCacheError(f"{path}: corrupt grammar cache (tables missing or of inconsistent shapes)")
         # The DFA description (for finish/describe) is cheap to rebuild from the registry.
-        reg = registry if registry is not None else _registry_from_key(meta["registry"])
         dfa = build_byte_dfa(tool_paths(reg, meta["max_string"]), utf8=meta["utf8"])
         if dfa.num_states + 1 != S:
             raise GrammarCacheError(f"{path}: corrupt grammar cache ({S} states, the registry gives "
                                     f"{dfa.num_states + 1})")
-        return cls(t["token_class"].to(device), t["class_next"].to(device), t["legal_count"].to(device),
-                   t["final"].to(device), payload["start"], payload["eos_id"], payload["done_state"],
-                   list(tokenizer.token_bytes), _finish_table(dfa), meta, dfa)
+        return cls(*(t[k].to(device) for k in cls._TABLES), payload["start"], payload["eos_id"],
+                   payload["done_state"], list(tokenizer.token_bytes), _finish_table(dfa), meta, dfa)
 
     def __repr__(self) -> str:
-        return (f"CompiledGrammar(states={self.num_states}, classes={self.num_classes}, vocab={self.vocab_size}, "
-                f"bytes={self.nbytes}, device={self.device})")
+        return (f"CompiledGrammar(states={self.num_states}, rows={self.num_rows}, classes={self.num_classes}, "
+                f"vocab={self.vocab_size}, bytes={self.nbytes}, device={self.device})")
 
 
 def _registry_from_key(key) -> ToolRegistry:

@@ -86,7 +86,7 @@ def one_run(vocab_name: str, max_string: int, utf8: bool, device: str) -> dict:
             loads.append(time.perf_counter() - t)
         file_bytes = path.stat().st_size
     return {"states": g.num_states, "classes": g.num_classes, "vocab": g.vocab_size, "device_bytes": g.nbytes,
-            "table_dtype": str(g.class_next.dtype).removeprefix("torch."), "cold_s": cold,
+            "rows": g.num_rows, "table_dtype": str(g.row_next.dtype).removeprefix("torch."), "cold_s": cold,
             "warm_s": statistics.median(warm), "load_s": statistics.median(loads), "file_bytes": file_bytes}
 
 
@@ -122,13 +122,13 @@ def main(argv=None):
     cases = [("llama2", 256, True), ("llama2", 256, False), ("llama2", 4096, True),
              ("synthetic128000", 256, True)]
     rows = []
-    print(f"{'vocab':>16} {'max_str':>7} {'utf8':>5} {'states':>7} {'classes':>7} {'dev bytes':>10} "
+    print(f"{'vocab':>16} {'max_str':>7} {'utf8':>5} {'states':>7} {'rows':>5} {'classes':>7} {'dev bytes':>10} "
           f"{'cold ms':>8} {'warm ms':>8} {'load ms':>8}")
     for vocab, max_string, utf8 in cases:
         r = cold_median(vocab, max_string, utf8, args.device, repeats)
         r.update(vocab_name=vocab, max_string=max_string, utf8=utf8)
         rows.append(r)
-        print(f"{vocab:>16} {max_string:>7} {str(utf8):>5} {r['states']:>7} {r['classes']:>7} "
+        print(f"{vocab:>16} {max_string:>7} {str(utf8):>5} {r['states']:>7} {r['rows']:>5} {r['classes']:>7} "
               f"{r['device_bytes']:>10,} {r['cold_s'] * 1e3:>8.1f} {r['warm_s'] * 1e3:>8.1f} {r['load_s'] * 1e3:>8.1f}",
               flush=True)
     out = {"benchmark": "compile", "date": time.strftime("%Y-%m-%d"), "machine": platform.machine(),
