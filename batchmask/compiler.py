@@ -46,25 +46,37 @@ class GrammarCacheError(ValueError):
     """A compiled-grammar cache file is corrupt or was built for something else."""
 
 
-def _token_matrix(token_bytes: list[bytes], device) -> tuple[torch.Tensor, torch.Tensor]:
-    """uint8 [V, L] right-padded token bytes and int64 [V] lengths, built without a loop over V."""
-    lengths = np.fromiter((len(b) for b in token_bytes), dtype=np.int64, count=len(token_bytes))
-    L = max(int(lengths.max(initial=0)), 1)
-    flat = np.frombuffer(b"".join(token_bytes), dtype=np.uint8)
-    mat = np.zeros((len(token_bytes), L), dtype=np.uint8)
-    rows = np.repeat(np.arange(len(token_bytes)), lengths)
-    cols = np.arange(len(flat)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    mat[rows, cols] = flat
-    return torch.from_numpy(mat).to(device), torch.from_numpy(lengths).to(device)
+class FlatVocab:
+    """The vocabulary as one byte string: token t is flat[offset[t] : offset[t] + length[t]].
+
+    Work is then proportional to the total bytes of the vocabulary, not V x (longest token).
+    """
+
+    def __init__(self, token_bytes: list[bytes], device):
+        lengths = np.fromiter((len(b) for b in token_bytes), dtype=np.int64, count=len(token_bytes))
+        joined = b"".join(token_bytes) + b"\0"                    # one pad byte: reads past a token stay in range
+        self.flat = torch.from_numpy(np.frombuffer(joined, dtype=np.uint8).astype(np.int64)).to(device)  # [N+1]
+        self.lengths = torch.from_numpy(lengths).to(device)                                              # [V]
+        self.offset = torch.cumsum(self.lengths, 0) - self.lengths                                       # [V]
+        self.max_len = int(lengths.max(initial=0))
+        self.owner = torch.repeat_interleave(torch.arange(len(token_bytes), device=device), self.lengths)  # [N]
+        self.pos = torch.arange(len(self.owner), device=device) - self.offset[self.owner]                # [N]
+
+    def __len__(self) -> int:
+        return self.lengths.shape[0]
+
+    def byte_at(self, tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        return self.flat[self.offset[tok] + pos]
 
 
-def _run_tokens(delta: torch.Tensor, bytes_: torch.Tensor, lengths: torch.Tensor,
+def _run_tokens(delta: torch.Tensor, vocab: FlatVocab,
                 start: torch.Tensor, tok: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
     """Feed token `tok[p]` from byte `offset[p]` on, starting in state `start[p]`.
 
     delta int64 [S, 256]; start/tok/offset int64 [P]. Returns int64 [P]: the state after the
     token's last byte, or -1. Only live pairs are carried from one byte to the next.
     """
+    lengths = vocab.lengths
     out = torch.full_like(start, -1)
     idx = torch.arange(len(start), device=start.device)
     state, pos = start.clone(), offset.clone()
@@ -73,7 +85,7 @@ def _run_tokens(delta: torch.Tensor, bytes_: torch.Tensor, lengths: torch.Tensor
     live = ~ended & (state >= 0)
     idx, state, pos, t = idx[live], state[live], pos[live], tok[live]
     while len(idx):
-        state = delta[state, bytes_[t, pos].long()]
+        state = delta[state, vocab.byte_at(t, pos)]
         pos = pos + 1
         fin = pos >= lengths[t]
         out[idx[fin]] = state[fin]
@@ -82,15 +94,15 @@ def _run_tokens(delta: torch.Tensor, bytes_: torch.Tensor, lengths: torch.Tensor
     return out
 
 
-def _literal_columns(dfa: ByteDFA, delta: torch.Tensor, bytes_: torch.Tensor, lengths: torch.Tensor):
+def _literal_columns(dfa: ByteDFA, delta: torch.Tensor, vocab: FlatVocab):
     """Where each token leads from each literal state, as sparse (state, token, next) triples.
 
     Only tokens whose first byte is one a literal state accepts are simulated: the pairs are
     built per (literal state, accepted byte) edge from tokens grouped by first byte.
     """
-    dev = bytes_.device
-    V = bytes_.shape[0]
-    first = torch.where(lengths > 0, bytes_[:, 0].long(), torch.full_like(lengths, 256))
+    dev = vocab.flat.device
+    lengths = vocab.lengths
+    first = torch.where(lengths > 0, vocab.flat[vocab.offset], torch.full_like(lengths, 256))
     order = torch.argsort(first, stable=True)                    # tokens grouped by first byte
     counts = torch.bincount(first, minlength=257)[:256]          # [256]
     starts = torch.cumsum(counts, 0) - counts
@@ -102,24 +114,22 @@ def _literal_columns(dfa: ByteDFA, delta: torch.Tensor, bytes_: torch.Tensor, le
         torch.cumsum(n_per_edge, 0) - n_per_edge, n_per_edge)
     tok = order[starts[edges[edge_of_pair, 1]] + rank]           # [P]
     src = edges[edge_of_pair, 0]
-    nxt = _run_tokens(delta, bytes_, lengths, edges[edge_of_pair, 2], tok, torch.ones_like(tok))
+    nxt = _run_tokens(delta, vocab, edges[edge_of_pair, 2], tok, torch.ones_like(tok))
     ok = nxt >= 0
     return src[ok], tok[ok], nxt[ok]
 
 
-def _value_signature(dfa: ByteDFA, delta, bytes_, lengths, body: torch.Tensor):
+def _value_signature(dfa: ByteDFA, delta, vocab: FlatVocab, body: torch.Tensor):
     """Per token: kind, run length, UTF-8 effect [Ub, V], and the state after a closing quote per block."""
-    dev = bytes_.device
-    V, L = bytes_.shape
+    dev = vocab.flat.device
+    V, lengths = len(vocab), vocab.lengths
     Ub = body.shape[0]
-    pos = torch.arange(L, device=dev)
-    in_token = pos[None, :] < lengths[:, None]                               # [V, L]
+    flat = vocab.flat[:-1]                                                   # [N] bytes of all tokens
     is_body = (body >= 0).any(0)                                             # [256]
-    flat = bytes_.reshape(-1).long()
-    bodyish = is_body.index_select(0, flat).view(V, L) & in_token            # [V, L]
-    # leading body bytes = index of the first non-body position (a False column closes every row)
-    run = torch.cat([bodyish, torch.zeros(V, 1, dtype=torch.bool, device=dev)], 1).to(torch.uint8).argmin(1)
-    stop = bytes_.gather(1, run.clamp(max=L - 1)[:, None]).squeeze(1).long()  # byte after the run
+    # leading body bytes = position of the token's first non-body byte (its length if none)
+    breaks = ~is_body.index_select(0, flat)                                  # [N]
+    run = lengths.clone().scatter_reduce_(0, vocab.owner[breaks], vocab.pos[breaks], reduce="amin")
+    stop = vocab.flat[vocab.offset + run]                                    # [V] byte after the run (pad if none)
     kind = torch.where(lengths == 0, _EMPTY,
                        torch.where(run == lengths, _BODY,
                                    torch.where(stop == QUOTE, _CLOSES, _BREAKS)))
@@ -128,31 +138,46 @@ def _value_signature(dfa: ByteDFA, delta, bytes_, lengths, body: torch.Tensor):
     # between characters. Only runs holding bytes >= 0x80 need the automaton.
     eff = torch.where(run[None, :] == 0, torch.arange(Ub, device=dev)[:, None],
                       torch.where(torch.arange(Ub, device=dev)[:, None] == U.BOUNDARY, U.BOUNDARY, -1))
-    high = torch.nonzero(((bytes_ >= 0x80) & (pos[None, :] < run[:, None])).any(1)).flatten() if Ub > 1 else []
+    if Ub > 1:
+        in_run_high = (flat >= 0x80) & (vocab.pos < run[vocab.owner])      # [N]
+        needs = torch.zeros(V, dtype=torch.bool, device=dev).index_fill_(0, vocab.owner[in_run_high], True)
+        high = torch.nonzero(needs).flatten()                                # tokens that need the automaton
     if Ub > 1 and len(high):
-        flat_sink = torch.cat([body, torch.full((1, 256), -1, dtype=body.dtype, device=dev)]).reshape(-1)  # row Ub: dead
-        hrun, order = torch.sort(run[high], descending=True)                           # longest runs first
-        high = high[order]
-        hb = bytes_[high].long()                                                       # [H, L]
-        sub = torch.arange(Ub, device=dev)[:, None].expand(Ub, len(high)).clone()      # [Ub, H]
-        live_count = torch.bincount(hrun, minlength=L + 1).flip(0).cumsum(0).flip(0)   # [L+1] runs longer than i-1
-        for i in range(int(hrun[0])):
-            n = int(live_count[i + 1])                  # tokens whose run is longer than i
-            cur = sub[:, :n]
-            idx = torch.where(cur >= 0, cur, Ub) * 256 + hb[:n, i][None, :]
-            sub[:, :n] = flat_sink.index_select(0, idx.reshape(-1)).view(Ub, n)
-        eff[:, high] = sub
+        # sub-state Ub stands for "dead" and stays dead, so the loop needs no masking
+        table = torch.cat([torch.where(body >= 0, body, Ub), torch.full((1, 256), Ub, dtype=body.dtype, device=dev)])
+        flat_table = table.reshape(-1)                                                   # [(Ub+1) * 256]
+        hrun = run[high]
+        hoff = vocab.offset[high]                                                      # [H]
+        H = len(high)
+        # (start sub-state, token) pairs, dropped as soon as they die or their run ends:
+        # from a mid-character start most tokens die on their first byte.
+        start = torch.arange(Ub, device=dev).repeat_interleave(H)                      # [P]
+        tk = torch.arange(H, device=dev).repeat(Ub)                                    # [P]
+        cur = start.clone()
+        eff[:, high] = -1
+        i = 0
+        while len(cur):
+            ended = hrun[tk] <= i
+            eff[start[ended], high[tk[ended]]] = cur[ended]
+            start, tk, cur = start[~ended], tk[~ended], cur[~ended]
+            cur = flat_table.index_select(0, cur * 256 + vocab.flat[hoff[tk] + i])
+            alive = cur < Ub
+            start, tk, cur = start[alive], tk[alive], cur[alive]
+            i += 1
     # After a closing quote the token's remainder runs from the block's post-quote state.
     closers = torch.nonzero(kind == _CLOSES).flatten()
     after = torch.full((len(dfa.blocks), V), -1, dtype=torch.int64, device=dev)
     for k, blk in enumerate(dfa.blocks):     # a loop over blocks (a handful), not over tokens
-        after[k, closers] = _run_tokens(delta, bytes_, lengths,
-                                        torch.full_like(closers, blk.after_quote), closers, run[closers] + 1)
+        after[k, closers] = _run_tokens(delta, vocab, torch.full_like(closers, blk.after_quote), closers,
+                                        run[closers] + 1)
     return kind, run, eff, after
 
 
 def _value_rows(dfa: ByteDFA, kind, run, eff, after, dev, far_depth=None):
-    """Next state from value states for C class representatives: (state ids [N], rows int64 [N, C]).
+    """Next state from value states for C class representatives.
+
+    Returns (state ids [N], rows int64 [N, C], within bool [N, C]): `within` marks moves that
+    stay inside the value (the only ones whose target is a fixed shift of the state).
 
     With `far_depth`, the states of each block that are `far` (see _far_mask) are represented by
     the first of them per sub-state; the rest are skipped (they share its row, shifted).
@@ -161,7 +186,7 @@ def _value_rows(dfa: ByteDFA, kind, run, eff, after, dev, far_depth=None):
     pending = torch.as_tensor(U.PENDING[:Ub], device=dev)
     stays_kind = (kind == _BODY)[None, :]                                     # [1, C]
     closes_kind = (kind == _CLOSES)[None, :]                                  # [1, C]
-    ids_out, rows = [], []
+    ids_out, rows, within = [], [], []
     for k, blk in enumerate(dfa.blocks):     # a loop over blocks (a handful)
         far = _far_mask(blk, far_depth, dev)
         us_all = torch.as_tensor(blk.us, device=dev)
@@ -187,10 +212,12 @@ def _value_rows(dfa: ByteDFA, kind, run, eff, after, dev, far_depth=None):
         out = torch.where(stays, inside, -1)
         rows.append(torch.where(closes, after[k][None, :], out))
         ids_out.append(blk.base + sel)
+        within.append(stays)
     if not rows:
         return (torch.empty(0, dtype=torch.int64, device=dev),
-                torch.empty((0, kind.shape[0]), dtype=torch.int64, device=dev))
-    return torch.cat(ids_out), torch.cat(rows)
+                torch.empty((0, kind.shape[0]), dtype=torch.int64, device=dev),
+                torch.empty((0, kind.shape[0]), dtype=torch.bool, device=dev))
+    return torch.cat(ids_out), torch.cat(rows), torch.cat(within)
 
 
 def _classes_of(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -211,7 +238,8 @@ def _classes_of(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(K)
     weights = torch.randint(1, 1 << 20, (K, 2), generator=gen).to(dev)
     if top * (1 << 20) * K < (1 << 62) and K > 1:
-        h = shifted @ weights                                     # [V, 2] exact int64
+        # exact int64 dot products (CPU int64 matmul has no fast path: multiply and sum instead)
+        h = torch.stack([(shifted * weights[:, j]).sum(1) for j in range(2)], 1)        # [V, 2]
         key1d = h[:, 0] * (1 << 21) + torch.remainder(h[:, 1], 1 << 21) if int(h.max()) < (1 << 41) \
             else h[:, 0] ^ (h[:, 1] << 17)
         _, inverse = torch.unique(key1d, return_inverse=True)
@@ -267,14 +295,14 @@ def _compile(registry, tokenizer, max_string, utf8, dev) -> "CompiledGrammar":
     if not 0 <= eos_id < V:
         raise ValueError(f"eos_id {eos_id} is outside the vocabulary (size {V})")
     token_bytes[eos_id] = b""          # EOS carries no text: it is handled as its own class
-    bytes_, lengths = _token_matrix(token_bytes, dev)
-    delta = torch.as_tensor(byte_table(dfa, value_depth=bytes_.shape[1]), device=dev)
+    vocab = FlatVocab(token_bytes, dev)
+    delta = torch.as_tensor(byte_table(dfa, value_depth=max(vocab.max_len, 1)), device=dev)
     body = torch.as_tensor(U.body_table(utf8), device=dev)
     S_dfa, n_lit = dfa.num_states, dfa.num_lit
 
     # Literal states: sparse triples, then a dense [n_lit, V] only in compact form for the key.
-    src, tok, nxt = _literal_columns(dfa, delta, bytes_, lengths)
-    kind, run, eff, after = _value_signature(dfa, delta, bytes_, lengths, body)
+    src, tok, nxt = _literal_columns(dfa, delta, vocab)
+    kind, run, eff, after = _value_signature(dfa, delta, vocab, body)
 
     # Literal part of the key: tokens live in some literal state get an id per distinct column.
     lit_id = torch.zeros(V, dtype=torch.int64, device=dev)
@@ -304,19 +332,22 @@ def _compile(registry, tokenizer, max_string, utf8, dev) -> "CompiledGrammar":
     end_rows[:, eos_class] = done               # a complete call allows EOS only; a finished row stays finished
     class_size = torch.bincount(token_class, minlength=C)
     sig = (kind[rep], run[rep], eff[:, rep], after[:, rep])
-    far_depth = bytes_.shape[1] + int(U.PENDING.max())
-    value_ids, value_rows = _value_rows(dfa, *sig, dev, far_depth=far_depth)
+    far_depth = vocab.max_len + int(U.PENDING.max())
+    value_ids, value_rows, within = _value_rows(dfa, *sig, dev, far_depth=far_depth)
     rows = torch.cat([lit_rows, value_rows, end_rows])                             # [n_rows, C] absolute
     row_state = torch.cat([torch.arange(n_lit, device=dev), value_ids,
                            torch.tensor([dfa.final, done], device=dev)])           # [n_rows]
     dead = ((rows >= 0) & (class_size > 0)[None, :]).sum(1) == 0
     if bool(dead.any()):
         # Some states have no way out (a vocabulary without single bytes): prune on the full table.
-        value_ids, value_rows = _value_rows(dfa, *sig, dev, far_depth=None)
+        value_ids, value_rows, within = _value_rows(dfa, *sig, dev, far_depth=None)
         full = torch.cat([lit_rows, value_rows, end_rows])
         full = _prune_dead_ends(full, class_size, final_states=(dfa.final, done))
         rows, row_state = full, torch.arange(S_dfa + 1, device=dev)
-    state_row, row_next = _factor_rows(dfa, rows, row_state, S_dfa + 1, n_lit, far_depth)
+    relative = torch.zeros_like(rows, dtype=torch.bool)
+    relative[n_lit:n_lit + len(value_ids)] = within
+    relative &= rows >= 0                                   # pruning may have cut some
+    state_row, row_next = _factor_rows(dfa, rows, row_state, relative, S_dfa + 1, far_depth)
     # Merge classes whose columns came out equal (signatures are sufficient, not necessary).
     merged, col_rep = _classes_of(row_next.T.contiguous())
     row_next = row_next[:, col_rep]
@@ -343,19 +374,17 @@ def _compile(registry, tokenizer, max_string, utf8, dev) -> "CompiledGrammar":
     return g
 
 
-def _factor_rows(dfa: ByteDFA, rows, row_state, S: int, n_lit: int, far_depth):
+def _factor_rows(dfa: ByteDFA, rows, row_state, relative, S: int, far_depth):
     """Share rows between states: (state_row int64 [S], row_next int64 [R, C]).
 
-    In a value state's row, a move that stays inside the value is stored relative to the state
-    (code -2 - (target - state), always <= -3: a value only grows); moves to literal states
-    stay absolute, -1 is illegal. Value states far from both ends of their block then have
+    In a value state's row, a move that stays inside the value (`relative`) is stored relative
+    to the state (code -2 - (target - state), always <= -3: a value only grows); every other
+    move (closing the value, even into the next value or the end) stays absolute; -1 is illegal. Value states far from both ends of their block then have
     identical rows per sub-state, and equal rows anywhere are stored once: R stays in the
     hundreds whatever max_string is, and the table is a few hundred KB instead of S x C.
     """
     dev = rows.device
-    is_value = (row_state >= n_lit) & (row_state < dfa.final)
-    rel = is_value[:, None] & (rows > row_state[:, None])
-    codes = torch.where(rel, -2 - (rows - row_state[:, None]), rows)                # [n_rows, C]
+    codes = torch.where(relative, -2 - (rows - row_state[:, None]), rows)           # [n_rows, C]
     row_of, uniq = _classes_of(codes)
     row_next = codes[uniq]
     state_row = torch.full((S,), -1, dtype=torch.int64, device=dev)
