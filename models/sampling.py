@@ -68,6 +68,8 @@ def sample(logits: torch.Tensor, seeds, steps, temperature=1.0, top_p=1.0, top_k
     Ties in probability are ordered by token id.  Illegal tokens (logit -inf) are never drawn as
     long as a row has at least one finite logit.
     """
+    if not torch.is_tensor(temperature) and temperature <= 0:
+        return greedy(logits)  # all rows greedy: no need to sort the vocabulary
     B, V = logits.shape
     device = logits.device
     temperature = _per_row(temperature, B, device, torch.float32)  # [B]

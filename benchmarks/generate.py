@@ -1,0 +1,353 @@
+"""
+End-to-end generation throughput: tool calls per task through BatchGenerator, constrained vs free, and
+continuous vs static batching, with a stories15M-shaped random checkpoint (dim 288, hidden 768, 6 layers,
+6 heads, vocab 32000, seq_len 256) and the Llama 2 tokenizer.
+
+    .venv/bin/python benchmarks/generate.py [--quick] [--device cpu|cuda] [--graphs] [--json out.json]
+
+Three measurements:
+  generate    BatchGenerator.run on the same task list, constrained and free, at B in {1, 16, 64}:
+              tokens/s (sampled tokens, EOS included, over the whole run with its prefills) and ms/step.
+  overhead    the decode loop alone (no refills, no prefill), free and constrained blocks interleaved so a
+              shared machine's load hits both alike: constrained ms/step / free ms/step.
+              Target (CPU): <= 1.05 at B = 64.
+  batching    continuous vs static batching on one constrained task list whose calls have whatever lengths
+              the random model writes (reported as a distribution). Target: continuous >= 1.3x static.
+
+A random-weight model writes nonsense, but constrained it still writes a valid call; free it rarely emits
+EOS, so free rows run to their token ceiling. That is why the overhead figure compares steps, not runs.
+The machine may be shared: the 1-minute load average is printed and stored next to every figure.
+The other benchmarks' helpers are reused: the model shape and thread choice from benchmarks/model.py.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # runnable as a script from anywhere
+
+from batchmask.compiler import compile_grammar  # noqa: E402
+from batchmask.generation import BatchGenerator, GenerationConfig, encode_prompts  # noqa: E402
+from batchmask.masker import BatchMasker  # noqa: E402
+from batchmask.prompt import catalogue  # noqa: E402
+from batchmask.registry import ToolRegistry  # noqa: E402
+from benchmarks.model import STORIES15M, idle_cores, sync  # noqa: E402
+from models import sampling  # noqa: E402
+from models.checkpoint import ModelConfig, random_weights, write_checkpoint  # noqa: E402
+from models.llama import load_checkpoint  # noqa: E402
+from models.tokenizer import Tokenizer, load_tokenizer  # noqa: E402
+
+TOKENIZER = ROOT.parent / "shared" / "llama2" / "tokenizer.model"
+BATCHES = [1, 16, 64]
+MAX_NEW_TOKENS = 96
+
+# words the tasks are made of (also the seed of the synthetic vocabulary, so prompts stay short)
+NOUNS = ["notes", "report", "budget", "todo", "photos", "config", "data", "draft", "letter", "music", "logs"]
+VERBS = ["summarise", "check", "open", "show", "count", "compare", "fix", "update"]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# inputs: tasks, tokenizer, model
+
+def make_tasks(n: int, seed: int = 0) -> list[str]:
+    """n short user requests of varied wording and length (the five default tools' kind of work)."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        a, b, w, v = rng.randint(2, 999), rng.randint(2, 99), rng.choice(NOUNS), rng.choice(VERBS)
+        out.append(rng.choice([
+            f"what is {a} times {b}?",
+            f"read the file {w}.txt and {v} it",
+            f"list the files in the {w} folder",
+            f"write 'hello {w}' to {w}_{b}.txt",
+            f"please {v} my {w} and tell me what it says about {rng.choice(NOUNS)}",
+            f"how much is {a} plus {b} minus {rng.randint(1, 50)}?",
+        ]))
+    return out
+
+
+def synthetic_tokenizer(vocab_size: int = 32000, seed: int = 0) -> Tokenizer:
+    """A SentencePiece-style vocabulary of vocab_size pieces for machines without the Llama 2 one.
+
+    Specials and the 256 byte pieces, printable ASCII, every prefix of every word of the prompt text (so BPE
+    merges reach whole words and prompts stay about as short as with Llama 2), then random concatenations of
+    earlier pieces until the size is reached (so the grammar sees a realistic number of distinct tokens).
+    """
+    pieces = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    chars = ["▁"] + [chr(c) for c in range(33, 127)]
+    corpus = catalogue(ToolRegistry.defaults()) + " TASK: CALL: " + " ".join(make_tasks(200, seed=1))
+    corpus += ' {"tool":"calc","args":{"expr":"1+2"}} {"tool":"answer","args":{"text":"hi"}}'
+    words = []
+    for word in corpus.split():
+        for piece in ("▁" + word, word):
+            words += [piece[:k] for k in range(2, len(piece) + 1)]
+    known = dict.fromkeys(pieces + chars + words)  # ordered, no repeats
+    rng = random.Random(seed)
+    base = list(known)[259:]
+    while len(known) < vocab_size:
+        piece = rng.choice(base) + rng.choice(base)
+        if len(piece) <= 16:
+            known.setdefault(piece)
+    pieces = list(known)[:vocab_size]
+    # higher score merges first: short pieces first, so words are built up from their prefixes
+    scores = [0.0] * 259 + [-float(len(p)) - i * 1e-6 for i, p in enumerate(pieces[259:])]
+    return Tokenizer.from_pieces(pieces, scores, source=f"<synthetic {vocab_size}-piece vocabulary>")
+
+
+def find_tokenizer(path=None, vocab_size: int = 32000) -> tuple[Tokenizer, str]:
+    """(tokenizer, what it is): `path` if given and present, else ../shared/llama2/tokenizer.model, else a
+    synthetic vocabulary of vocab_size pieces (with a note saying so)."""
+    tried = [Path(path)] if path else []
+    tried.append(TOKENIZER)
+    for p in tried:
+        if p.is_file():
+            return load_tokenizer(p), f"Llama 2 tokenizer ({p})"
+    return synthetic_tokenizer(vocab_size), (f"SYNTHETIC {vocab_size}-piece vocabulary: no tokenizer at "
+                                             f"{', '.join(str(p) for p in tried)} (pass --tokenizer PATH)")
+
+
+class MemoEncode:
+    """The tokenizer with encode remembered per text: the same task list is run many times, and the Python BPE
+    of a 1024-task list costs seconds of wall time that no figure includes (BatchGenerator encodes before its
+    clock starts) but the session's time budget does."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self._ids: dict[tuple, list[int]] = {}
+
+    def __getattr__(self, name):
+        return getattr(self.tokenizer, name)
+
+    def encode(self, text, bos=True, eos=False, prefix_space=True) -> list[int]:
+        key = (text, bos, eos, prefix_space)
+        if key not in self._ids:
+            self._ids[key] = self.tokenizer.encode(text, bos=bos, eos=eos, prefix_space=prefix_space)
+        return list(self._ids[key])
+
+
+def random_model(config: ModelConfig, device="cpu", dtype=torch.float32, seed: int = 0):
+    """A random checkpoint of `config`, written as a llama2.c file and loaded back the way a real one is."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "random.bin"
+        write_checkpoint(path, config, random_weights(config, seed=seed), version=0)
+        return load_checkpoint(path, device=device, dtype=dtype)
+
+
+class GraphedDecode:
+    """The model with `decode` replaced by a CUDA-graph replay, for BatchGenerator (which calls model.decode).
+
+    The graph is captured on the first decode after each setup_cache (BatchGenerator sets the cache up in its
+    constructor); prefill and reset write the cache buffers in place, so the graph stays valid across refills.
+    The logits it returns are the graph's static output buffer: BatchGenerator only reads it (and writes
+    prefilled rows into it) before the next decode, which is exactly the use decode_graphed allows.
+    """
+
+    def __init__(self, model):
+        self.model = model
+        self._captured = False
+
+    def __getattr__(self, name):  # everything but setup_cache / decode is the model's own
+        return getattr(self.model, name)
+
+    def setup_cache(self, *args, **kwargs):
+        self.model.setup_cache(*args, **kwargs)
+        self._captured = False
+
+    def capture(self) -> None:
+        """Record the decode step now (otherwise the first decode does it); needs setup_cache first."""
+        self.model.capture_decode()
+        self._captured = True
+
+    def decode(self, tokens: torch.Tensor) -> torch.Tensor:
+        if not self._captured:
+            self.capture()
+        return self.model.decode_graphed(tokens)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# measurements
+
+def length_stats(lengths: list[int], cap: int) -> dict:
+    """Distribution of tokens per call; `capped` = share of calls that hit the token ceiling."""
+    s = sorted(lengths)
+    q = statistics.quantiles(s, n=4) if len(s) > 1 else [s[0]] * 3
+    return {"n": len(s), "min": s[0], "p25": q[0], "median": q[1], "p75": q[2], "max": s[-1],
+            "mean": statistics.fmean(s), "capped": sum(n >= cap for n in s) / len(s)}
+
+
+def run_generation(model, tokenizer, registry, grammar, tasks: list[str], batch_size: int, *, constrain: bool,
+                   continuous: bool = True, max_new_tokens: int = MAX_NEW_TOKENS, temperature: float = 0.0,
+                   graphs: bool = False, backend: str = "auto") -> dict:
+    """One BatchGenerator.run over `tasks`; tokens/s, ms/step and the distribution of call lengths."""
+    config = GenerationConfig(batch_size=batch_size, max_new_tokens=max_new_tokens, temperature=temperature,
+                              seed=1, constrain=constrain, continuous=continuous)
+    if graphs and not isinstance(model, GraphedDecode):
+        model = GraphedDecode(model)
+    gen = BatchGenerator(model, tokenizer, registry, grammar if constrain else None, config, backend=backend)
+    if isinstance(model, GraphedDecode):
+        model.capture()  # after the generator's setup_cache, before its clock: set-up, not a decoding step
+    lengths, valid = [], []
+
+    def keep(res):
+        lengths.append(res.tokens)
+        valid.append(res.error is None)
+
+    load = os.getloadavg()[0]
+    stats = gen.run(tasks, on_result=keep)  # run() reads results back per step: its clock ends synchronised
+    return {"B": batch_size, "mode": "constrained" if constrain else "free", "continuous": continuous,
+            "graphs": isinstance(model, GraphedDecode), "tasks": stats.tasks, "tokens": stats.tokens,
+            "steps": stats.steps,
+            "prefill_tokens": stats.prefill_tokens, "seconds": stats.seconds, "tokens_per_s": stats.tokens_per_s,
+            "ms_per_step": 1e3 * stats.seconds / max(stats.steps, 1), "valid_calls": sum(valid) / len(valid),
+            "lengths": length_stats(lengths, max_new_tokens), "load": load}
+
+
+def prompt_batch(prompts: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ids [n, T] and lengths [n] for model.prefill."""
+    T = max(len(p) for p in prompts)
+    ids = torch.zeros(len(prompts), T, dtype=torch.long)  # [n, T]
+    for j, p in enumerate(prompts):
+        ids[j, :len(p)] = torch.tensor(p)
+    return ids.to(device), torch.tensor([len(p) for p in prompts], device=device)
+
+
+def step_overhead(model, tokenizer, registry, grammar, batch_size: int, steps: int = 8, reps: int = 4,
+                  graphs: bool = False, backend: str = "auto") -> dict:
+    """ms per decode step, free (argmax) vs constrained (masker.sample, greedy), the loop and nothing else.
+
+    One prefill, then `reps` pairs of `steps`-step blocks, one free one constrained, their order swapped
+    every rep so that the growing context (and any change in machine load) falls on both alike.
+    Each mode's figure is the median over its blocks.
+    """
+    B, dev = batch_size, next(model.parameters()).device
+    need = 2 * reps * steps + 1
+    m = GraphedDecode(model) if graphs and not isinstance(model, GraphedDecode) else model
+    m.setup_cache(B)
+    prompts = encode_prompts(make_tasks(B, seed=7), tokenizer, registry, model.config.seq_len - need)
+    masker = BatchMasker(grammar, B, device=dev, backend=backend, max_tokens=need)
+    ids, lengths = prompt_batch(prompts, dev)
+    logits = m.prefill(torch.arange(B), ids, lengths)  # [B, V] float32
+    if isinstance(m, GraphedDecode):
+        m.capture()  # outside the timed blocks
+
+    def free(x):  # the cheapest honest free step: argmax (sampling.sample sorts [B, V] even when greedy)
+        return sampling.greedy(x)
+
+    def constrained(x):
+        return masker.sample(x, 0.0)
+
+    times = {"free": [], "constrained": []}
+    load = os.getloadavg()[0]
+    for rep in range(reps):
+        order = [("free", free), ("constrained", constrained)]
+        for name, pick in (order if rep % 2 == 0 else order[::-1]):
+            sync(dev)
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                logits = m.decode(pick(logits))
+            sync(dev)
+            times[name].append((time.perf_counter() - t0) / steps)
+    masker.check()
+    free_ms = 1e3 * statistics.median(times["free"])
+    cons_ms = 1e3 * statistics.median(times["constrained"])
+    return {"B": B, "graphs": isinstance(m, GraphedDecode), "steps_per_block": steps, "blocks": reps,
+            "free_ms": free_ms, "constrained_ms": cons_ms, "ratio": cons_ms / free_ms, "load": load}
+
+
+# ----------------------------------------------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--quick", action="store_true", help="few tasks, 32 new tokens in the B sweep")
+    ap.add_argument("--graphs", action="store_true", help="CUDA only: decode by CUDA-graph replay")
+    ap.add_argument("--json", type=Path, help="write the results here")
+    ap.add_argument("--threads", type=int, default=idle_cores(),
+                    help="torch intra-op threads (default: the cores not busy with other work)")
+    ap.add_argument("--tokenizer", help="tokenizer file (default ../shared/llama2/tokenizer.model)")
+    ap.add_argument("--batches", default=",".join(map(str, BATCHES)))
+    args = ap.parse_args()
+    device = torch.device(args.device)
+    if args.graphs and device.type != "cuda":
+        ap.error("--graphs needs --device cuda")
+    torch.set_num_threads(args.threads)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    batches = [int(b) for b in args.batches.split(",")]
+    sweep_tokens = 32 if args.quick else MAX_NEW_TOKENS
+
+    tokenizer, tok_note = find_tokenizer(args.tokenizer)
+    tokenizer = MemoEncode(tokenizer)
+    registry = ToolRegistry.defaults()
+    t0 = time.perf_counter()
+    grammar = compile_grammar(registry, tokenizer, device=device)
+    compile_s = time.perf_counter() - t0
+    model = random_model(STORIES15M, device, dtype)
+    print(f"# batchmask end-to-end generation -- {device} ({platform.processor() or platform.machine()}), "
+          f"{torch.get_num_threads()} threads, torch {torch.__version__}, model stories15M-shaped random {dtype}")
+    print(f"# tokenizer: {tok_note}; grammar S={grammar.num_states} C={grammar.num_classes} "
+          f"compiled in {compile_s:.2f} s; graphs: {args.graphs}")
+    print(f"# load average (1 min) at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs", flush=True)
+    results = {"device": str(device), "threads": torch.get_num_threads(), "torch": torch.__version__,
+               "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+               "tokenizer": tok_note, "dtype": str(dtype), "graphs": args.graphs, "compile_s": compile_s,
+               "generate": [], "overhead": [], "batching": []}
+
+    print(f"\n{'generate':<10} {'B':>4} {'mode':<12} {'tasks':>5} {'tokens':>7} {'steps':>6} {'tok/s':>9} "
+          f"{'ms/step':>8} {'valid':>6} {'load':>5}")
+    for B in batches:
+        tasks = make_tasks(max(2 * B, 4) if not args.quick else max(B, 2))
+        for constrain in (True, False):
+            r = run_generation(model, tokenizer, registry, grammar, tasks, B, constrain=constrain,
+                               max_new_tokens=sweep_tokens, graphs=args.graphs)
+            results["generate"].append(r)
+            print(f"{'':<10} {B:>4} {r['mode']:<12} {r['tasks']:>5} {r['tokens']:>7} {r['steps']:>6} "
+                  f"{r['tokens_per_s']:>9.1f} {r['ms_per_step']:>8.2f} {r['valid_calls']:>6.0%} {r['load']:>5.2f}",
+                  flush=True)
+
+    print(f"\n{'overhead':<10} {'B':>4} {'free ms':>9} {'constr ms':>10} {'ratio':>7} {'target':>7} {'load':>5}")
+    for B in batches:
+        r = step_overhead(model, tokenizer, registry, grammar, B, steps=4 if args.quick else 8,
+                          reps=3 if args.quick else 5, graphs=args.graphs)
+        results["overhead"].append(r)
+        print(f"{'':<10} {B:>4} {r['free_ms']:>9.2f} {r['constrained_ms']:>10.2f} {r['ratio']:>7.3f} "
+              f"{'<=1.05' if B == 64 else '':>7} {r['load']:>5.2f}", flush=True)
+
+    B_mix = 8
+    tasks = make_tasks(3 * B_mix if args.quick else 8 * B_mix, seed=3)
+    print(f"\n{'batching':<10} {'B':>4} {'mode':<12} {'tasks':>5} {'tokens':>7} {'steps':>6} {'tok/s':>9} "
+          f"{'load':>5}   call lengths (T=1, seeded; cap {MAX_NEW_TOKENS})")
+    for continuous in (True, False):
+        r = run_generation(model, tokenizer, registry, grammar, tasks, B_mix, constrain=True, continuous=continuous,
+                           temperature=1.0, graphs=args.graphs)
+        results["batching"].append(r)
+        L = r["lengths"]
+        print(f"{'':<10} {B_mix:>4} {'continuous' if continuous else 'static':<12} {r['tasks']:>5} {r['tokens']:>7} "
+              f"{r['steps']:>6} {r['tokens_per_s']:>9.1f} {r['load']:>5.2f}   min {L['min']} p25 {L['p25']:.0f} "
+              f"median {L['median']:.0f} p75 {L['p75']:.0f} max {L['max']} capped {L['capped']:.0%}", flush=True)
+    cont, stat = results["batching"]
+    speedup = cont["tokens_per_s"] / stat["tokens_per_s"]
+    step_gain = stat["steps"] / cont["steps"]
+    results["continuous_speedup"] = speedup
+    results["continuous_step_ratio"] = step_gain
+    print(f"{'':<10} continuous / static: {speedup:.2f}x tokens/s (target >= 1.3x), "
+          f"{step_gain:.2f}x fewer steps for the same tokens")
+    print(f"# load average (1 min) at end: {os.getloadavg()[0]:.2f}")
+
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+        print(f"# wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
