@@ -7,7 +7,8 @@ Every row of the batch sits in some DFA state of a CompiledGrammar. Per decoding
 and never synchronises with the host: illegal tokens set a per-row fault that `check()` turns into an error.
 
 Backends: "triton" (the kernels of kernels/mask_triton.py; on a CPU only under TRITON_INTERPRET=1) and
-"torch" (kernels/mask_torch.py, the reference); "auto" picks Triton on CUDA and torch elsewhere.
+"torch" (kernels/mask_torch.py, the reference; on the CPU it touches only the logits that must change);
+"auto" picks Triton on CUDA and torch elsewhere.
 """
 import os
 
@@ -55,7 +56,7 @@ class BatchMasker:
             fault=torch.zeros(B, 3, dtype=torch.int64, device=dev),                   # [B, 3]
         )
         self.legal_counts = self.tables.legal_count.index_select(0, self.rows.state)  # int32 [B], last step
-        # reused buffers: the torch path's [B, V] legal bound, the Triton path's token output
+        # reused buffers: the torch path's [B, V] legal bound (off the CPU only), the Triton path's token output
         self._scratch = None
         self._tokens = torch.empty(B, dtype=torch.int64, device=dev)
 
@@ -94,7 +95,7 @@ class BatchMasker:
         Returns the legal counts, int32 [B] on the device."""
         self._check_logits(logits)
         if self.backend == "torch":
-            if self._scratch is None:
+            if self._scratch is None and self.device.type != "cpu":  # the CPU's sparse mask needs no bound
                 self._scratch = torch.empty(self.batch_size, self.tables.vocab_size, dtype=torch.float32,
                                             device=self.device)  # [B, V] the legal bound, reused every step
             self.legal_counts = mask_torch.mask_logits_(logits, self.rows.state, self.tables, scratch=self._scratch)

@@ -1,6 +1,7 @@
 """
 The Triton kernels against the torch reference (bit for bit for masking, advancing and the uniforms; the same
-tokens for greedy and seeded sampling), and both against plainly written per-row Python loops.
+tokens for greedy and seeded sampling), and both against plainly written per-row Python loops. The torch
+reference's CPU fast paths (short token lists, blocked first maximum) are checked against its dense forms.
 
 Without a GPU the kernels run in Triton's interpreter, which must be switched on before triton is imported:
 this module sets TRITON_INTERPRET=1 before importing kernels.mask_triton. The interpreter is slow, so sizes
@@ -266,3 +267,125 @@ def test_sample_fallbacks():
         assert tok.tolist() == [first_legal, g.eos_id], (mod.__name__, T)
         assert counts.tolist() == [int(g.legal_count[0]), 0]
         assert r.fault[1].tolist() == [1, g.eos_id, 1] and int(r.fault[0, 0]) == 0
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the CPU fast paths of the torch reference: short token lists, blocked first maximum, sparse sampling
+
+def tables_of_cpu(g):
+    return make_tables(g.token_class, g.class_next.contiguous(), g.legal_count, g.done_state, g.eos_id)
+
+
+def mixed_rows(g, B, seed):
+    """Rows over all states, with both kinds present: few legal tokens (listed legal) and many (listed illegal)."""
+    rows = random_rows(g, B, seed=seed)
+    counts = g.legal_count[rows.state.long().cpu()]
+    few = counts * 2 < g.vocab_size
+    assert bool(few.any()) and bool((~few).any()), "the fixture must exercise both sides"
+    return rows
+
+
+def test_short_sides_list_the_shorter_side_exactly():
+    g = make_random_grammar(num_states=40, num_classes=12, vocab_size=900, hole_frac=0.5, seed=21)
+    t = tables_of(g)
+    sides = t.sides
+    for s in range(g.num_states):
+        legal = naive_legal(g, s)
+        grp = int(sides.state_group[s])
+        start, n = int(sides.start[grp]), int(sides.length[grp])
+        listed = sides.tokens[start:start + n].tolist()
+        few = sum(legal) * 2 < g.vocab_size
+        assert bool(sides.few_legal[grp]) == few
+        expect = [v for v, ok in enumerate(legal) if ok == few]  # ascending ids of the shorter side
+        assert listed == expect, s
+    assert sides.nbytes > 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("pad", [0, 29])
+def test_sparse_mask_equals_dense_mask_and_naive(dtype, pad):
+    g = make_random_grammar(num_states=40, num_classes=12, vocab_size=1100, hole_frac=0.5, seed=22)
+    t = tables_of_cpu(g)  # the sparse form is the CPU's (it sizes its index lists on the host)
+    rows = mixed_rows(g, 12, seed=23)  # row 0 is finished (done_state: EOS only)
+    logits = torch.randn(12, 1100 + pad, generator=torch.Generator().manual_seed(24)).to(dtype)
+    a, b = logits.clone(), logits.clone()
+    counts_sparse = mask_torch.mask_logits_sparse_(a, rows.state.cpu(), t)
+    counts_dense = mask_torch.mask_logits_dense_(b, rows.state.cpu(), t)
+    assert torch.equal(a, b) and torch.equal(counts_sparse, counts_dense)
+    for r, s in enumerate(rows.state.tolist()):
+        legal = torch.tensor(naive_legal(g, s) + [False] * pad)
+        assert torch.equal(a[r][legal], logits[r][legal])
+        assert bool((a[r][~legal] == NEG_INF).all())
+
+
+def test_sparse_mask_on_a_strided_column_slice():
+    """Logits that are a transposed buffer (no unit stride at all) are masked like a contiguous copy."""
+    g = make_random_grammar(num_states=40, num_classes=12, vocab_size=500, hole_frac=0.5, seed=25)
+    t = tables_of_cpu(g)
+    rows = mixed_rows(g, 6, seed=26)
+    buf = torch.randn(520, 6, generator=torch.Generator().manual_seed(27))
+    a = buf.t()  # [6, 520], strides (1, 6)
+    b = a.contiguous()
+    mask_torch.mask_logits_sparse_(a, rows.state.cpu(), t)
+    mask_torch.mask_logits_dense_(b, rows.state.cpu(), t)
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("V", [5, 255, 256, 1000, 1024, 1030])
+def test_first_max_is_max_and_first_argmax(dtype, V):
+    gen = torch.Generator().manual_seed(V)
+    x = torch.randint(-3, 3, (7, V), generator=gen).to(dtype)  # many ties
+    x[1] = NEG_INF  # all -inf: index 0
+    x[2, V - 1] = 10.0  # the maximum in the last (possibly short) block
+    x[3, V // 2:] = 7.0  # tie across many blocks: the first one wins
+    best, idx = mask_torch.first_max(x)
+    assert torch.equal(idx, torch.tensor([int(torch.argmax(row.float())) for row in x]))  # plain per-row argmax
+    assert torch.equal(best, x.amax(1))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_sparse_greedy_when_the_maximum_is_illegal(dtype):
+    """Illegal ids carry the largest logits, so every many-legal row takes the masked-copy path."""
+    g = make_random_grammar(num_states=40, num_classes=12, vocab_size=1500, hole_frac=0.5, seed=28)
+    t = tables_of(g)
+    rows = mixed_rows(g, 8, seed=29)
+    gen = torch.Generator().manual_seed(30)
+    logits = torch.randint(-3, 3, (8, 1510), generator=gen).float()
+    for r, s in enumerate(rows.state.tolist()):
+        legal = torch.tensor(naive_legal(g, s) + [False] * 10)
+        logits[r][~legal] = 50.0
+    logits = logits.to(dtype).to(DEVICE)
+    a, b = clone_rows(rows), clone_rows(rows)
+    tok_torch, _ = mask_torch.sample_(logits, a, t, temperature=0.0)
+    tok_triton, _ = mask_triton.sample_(logits, b, t, temperature=0.0, block_v=1024)
+    assert torch.equal(tok_torch, tok_triton)
+    assert_rows_equal(a, b)
+    for r in range(8):
+        assert int(tok_torch[r]) == naive_pick(g, int(rows.state[r]), logits[r, :1500].float().tolist())
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_sparse_sample_equals_dense_sample(temperature):
+    """The CPU sample path (short lists, blocked maximum) picks the tokens of the dense reference, chunked or
+    not, on rows of both kinds, finished rows included."""
+    g = make_random_grammar(num_states=40, num_classes=12, vocab_size=2000, hole_frac=0.5, seed=31)
+    t = tables_of_cpu(g)
+    rows = mixed_rows(g, 24, seed=32)
+    rows = Rows(rows.state.cpu(), rows.step.cpu(), rows.history.cpu(), rows.fault.cpu())
+    few = (g.legal_count[rows.state.long()] * 2 < g.vocab_size).tolist()
+    logits = torch.randn(24, 2000, generator=torch.Generator().manual_seed(33))
+    logits[5, :] = NEG_INF  # every legal score -inf: the first legal token
+    # batches where most rows have many legal tokens, and where most have few (the greedy path differs)
+    for mostly_few in (False, True):
+        fill = rows.state[few.index(mostly_few)]
+        state = rows.state.clone()
+        state[4:20] = fill
+        dense = torch.cat([mask_torch.choose_tokens(logits[r:r + 5], state[r:r + 5], rows.step[r:r + 5], t,
+                                                    temperature, 1.0, seed=3, row_offset=r)
+                           for r in range(0, 24, 5)])
+        for chunk in (None, 7):
+            r = clone_rows(rows)
+            r.state.copy_(state)
+            tok, _ = mask_torch.sample_(logits, r, t, temperature=temperature, seed=3, rows_per_chunk=chunk)
+            assert torch.equal(tok, dense), (mostly_few, chunk)

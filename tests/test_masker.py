@@ -346,3 +346,32 @@ def test_real_grammar_walk(llama_grammar):
         else:
             assert m.finish([r]) == [g.finish_text(int(m.states[r]))]
         m.text(r)  # decodes
+
+
+def test_real_grammar_sparse_paths_match_dense(llama_grammar):
+    """On the CPU the torch backend masks and samples through short token lists; at rows inside string values
+    (few illegal tokens) and at literal rows (few legal ones) it must give the dense reference's results."""
+    from kernels import mask_torch
+    g = llama_grammar
+    legal = g.legal_count.cpu().long()
+    value = (legal * 2 >= g.vocab_size).nonzero()[:, 0]
+    literal = ((legal * 2 < g.vocab_size) & (legal > 0)).nonzero()[:, 0]
+    gen = torch.Generator().manual_seed(3)
+    states = torch.cat([value[torch.randint(0, len(value), (10,), generator=gen)],
+                        literal[torch.randint(0, len(literal), (5,), generator=gen)],
+                        torch.tensor([g.done_state])]).tolist()
+    m = masker_at(g, states)
+    t = m.tables
+    logits = torch.randn(len(states), g.vocab_size + 8, generator=gen).to(DEVICE)
+    logits[:3, :200] = 30.0  # large logits on low ids, many of them illegal in value states
+    a, b = logits.clone(), logits.clone()
+    m.apply_(a)
+    mask_torch.mask_logits_dense_(b, m.states, t)
+    assert torch.equal(a, b)
+    for T in (0.0, 0.9):
+        st = m.states.clone()
+        dense = mask_torch.choose_tokens(logits, st, m.steps, t, T, 1.0, seed=4)
+        tokens = m.sample(logits, temperature=T, seed=4)
+        assert torch.equal(tokens, dense), T
+        m.rows.state.copy_(st)
+        m.rows.step.zero_()
