@@ -212,7 +212,7 @@ class BatchGenerator:
             self.seeds[rows] = torch.tensor([c.seed * 1_000_003 + indices[next_task + j] for j in range(len(take))],
                                             device=self.device)
             if self.masker is not None:
-                self.masker.reset(rows)
+                self.masker.reset(rows, keys=self.seeds[rows])   # draws keyed by task, not by slot
             for j, slot in enumerate(take):
                 slot_task[slot] = next_task + j
                 slot_start[slot] = time.perf_counter()

@@ -54,6 +54,7 @@ class BatchMasker:
             step=torch.zeros(B, dtype=torch.int32, device=dev),                       # [B]
             history=torch.zeros(B, max_tokens, dtype=torch.int32, device=dev),        # [B, H]
             fault=torch.zeros(B, 3, dtype=torch.int64, device=dev),                   # [B, 3]
+            key=torch.arange(B, dtype=torch.int64, device=dev),                       # [B] draw keys
         )
         self.legal_counts = self.tables.legal_count.index_select(0, self.rows.state)  # int32 [B], last step
         # reused buffers: the torch path's [B, V] legal bound (off the CPU only), the Triton path's token output
@@ -78,9 +79,17 @@ class BatchMasker:
         """bool [B]: rows that have emitted EOS (they only allow EOS from now on)."""
         return self.rows.state == self.tables.done_state
 
-    def reset(self, rows=None) -> None:
-        """Start new sequences in the given slots (default all): start state, step 0, no fault, empty history."""
+    def reset(self, rows=None, keys=None) -> None:
+        """Start new sequences in the given slots (default all): start state, step 0, no fault, empty history.
+
+        keys (int [n], optional): what the rows' random draws are keyed by from now on, e.g. a task id, so
+        a sequence samples the same tokens whichever slot it runs in (default: the slot index)."""
         idx = self._row_index(rows)
+        if keys is not None:
+            keys = torch.as_tensor(keys, dtype=torch.int64, device=self.device).reshape(-1)
+            if keys.numel() != idx.numel():
+                raise ValueError(f"reset: {idx.numel()} rows but {keys.numel()} keys")
+            self.rows.key.index_copy_(0, idx, keys)
         self.rows.state.index_fill_(0, idx, self.start)
         self.rows.step.index_fill_(0, idx, 0)
         self.rows.fault.index_fill_(0, idx, 0)

@@ -172,7 +172,8 @@ def random_rows(g, B: int, H: int, gen: torch.Generator, device) -> Rows:
 
 
 def clone(r: Rows) -> Rows:
-    return Rows(r.state.clone(), r.step.clone(), r.history.clone(), r.fault.clone())
+    return Rows(r.state.clone(), r.step.clone(), r.history.clone(), r.fault.clone(),
+                None if r.key is None else r.key.clone())
 
 
 def rows_differ(a: Rows, b: Rows) -> list[str]:

@@ -56,6 +56,16 @@ class Rows:
     step: torch.Tensor     # int32 [B]     tokens emitted so far (EOS included, repeats after done not counted)
     history: torch.Tensor  # int32 [B, H]  history[r, i] = i-th token row r emitted (i < H)
     fault: torch.Tensor    # int64 [B, 3]  first illegal advance per row: (flag 0/1, token id, state)
+    key: torch.Tensor | None = None  # int64 [B]  what keys a row's random draws with (seed, key, step);
+    #                                  None: the row index. Generation sets one per task, so a task's
+    #                                  draws do not depend on which slot or batch size it ran in.
+
+
+def row_ids(rows: Rows, start: int, count: int) -> torch.Tensor:
+    """int64 [count]: the random-draw keys of rows start..start+count-1."""
+    if rows.key is not None:
+        return rows.key[start:start + count]
+    return torch.arange(start, start + count, device=rows.state.device)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -282,14 +292,14 @@ def top_p_keep(scores: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 def choose_tokens(logits: torch.Tensor, state: torch.Tensor, step: torch.Tensor, t: Tables,
-                  temperature: float, top_p: float, seed: int, row_offset: int = 0) -> torch.Tensor:
-    """Masked greedy / Gumbel-max sampling for rows row_offset.. of the batch. logits [b, V'] -> int64 [b]."""
+                  temperature: float, top_p: float, seed: int, ids: torch.Tensor | None = None) -> torch.Tensor:
+    """Masked greedy / Gumbel-max sampling for b rows keyed by ids (default 0..b-1). logits [b, V'] -> int64 [b]."""
     V = t.vocab_size
     bound = legal_bound(state, t)  # [b, V] +inf legal, -inf illegal
     scores = logits[:, :V].float()  # [b, V] (aliases the logits when they are float32: no in-place ops)
     if temperature > 0:
         inv_t = torch.tensor(1.0 / temperature, dtype=torch.float32, device=logits.device)
-        rows = torch.arange(row_offset, row_offset + state.numel(), device=state.device)
+        rows = torch.arange(state.numel(), device=state.device) if ids is None else ids
         noise = rng.gumbel(rng.uniforms(rng.row_keys(seed, rows, step), V))  # [b, V]
         scores = scores * inv_t
         if top_p < 1.0:
@@ -317,7 +327,7 @@ def uniforms_at(keys: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
 
 
 def choose_tokens_sparse(logits: torch.Tensor, state: torch.Tensor, step: torch.Tensor, t: Tables,
-                         temperature: float, seed: int, row_offset: int = 0) -> torch.Tensor:
+                         temperature: float, seed: int, ids: torch.Tensor | None = None) -> torch.Tensor:
     """choose_tokens without top-p, the CPU way (same tokens): rows with few legal tokens score just those;
     the others score the whole row and the illegal ids are masked only when they matter.
 
@@ -333,7 +343,8 @@ def choose_tokens_sparse(logits: torch.Tensor, state: torch.Tensor, step: torch.
     keys = None
     if temperature > 0:
         inv_t = torch.tensor(1.0 / temperature, dtype=torch.float32, device=logits.device)
-        keys = rng.row_keys(seed, torch.arange(row_offset, row_offset + b, device=state.device), step)  # [b]
+        rows = torch.arange(b, device=state.device) if ids is None else ids
+        keys = rng.row_keys(seed, rows, step)  # [b]
 
     keep_rows = few.nonzero()[:, 0]  # [k] rows scored over their legal tokens only
     if keep_rows.numel():
@@ -373,7 +384,7 @@ def sample_(logits: torch.Tensor, rows: Rows, t: Tables, temperature: float = 0.
     advance(tokens) replaces the torch advance_ (the Triton backend passes its own).
 
     Rows are processed in chunks so the [b, V] temporaries (scores, noise) stay a few MB even at B=1024, V=128K;
-    a row's draw does not depend on the chunking (its key is (seed, row, step)). On the CPU, without top-p,
+    a row's draw does not depend on the chunking (its key is (seed, rows.key or row index, step)). On the CPU, without top-p,
     each chunk takes choose_tokens_sparse (the same tokens as choose_tokens, far fewer [b, V] passes).
     """
     B, V = logits.shape[0], t.vocab_size
@@ -382,9 +393,9 @@ def sample_(logits: torch.Tensor, rows: Rows, t: Tables, temperature: float = 0.
     sparse = logits.device.type == "cpu" and (top_p >= 1.0 or temperature <= 0)
     tokens = torch.cat([
         choose_tokens_sparse(logits[r:r + chunk], rows.state[r:r + chunk], rows.step[r:r + chunk], t,
-                             temperature, seed, row_offset=r) if sparse else
+                             temperature, seed, ids=row_ids(rows, r, min(chunk, B - r))) if sparse else
         choose_tokens(logits[r:r + chunk], rows.state[r:r + chunk], rows.step[r:r + chunk], t,
-                      temperature, top_p, seed, row_offset=r)
+                      temperature, top_p, seed, ids=row_ids(rows, r, min(chunk, B - r)))
         for r in range(0, B, chunk)
     ])  # [B]
     if advance is None:

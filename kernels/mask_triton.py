@@ -117,13 +117,13 @@ def _mask_kernel(logits_ptr, stride_row, counts_ptr, state_ptr, token_class_ptr,
 
 @triton.jit(do_not_specialize=["seed_key"])
 def _sample_kernel(logits_ptr, stride_row, tokens_ptr, counts_ptr,
-                   state_ptr, step_ptr, hist_ptr, fault_ptr,
+                   state_ptr, step_ptr, hist_ptr, fault_ptr, key_ptr,
                    token_class_ptr, class_next_ptr, legal_count_ptr,
                    V, C, H, done_state, eos_id, inv_temp, seed_key,
                    GREEDY: tl.constexpr, BLOCK_V: tl.constexpr):
     row = tl.program_id(0)
     s = tl.load(state_ptr + row)
-    key = _row_key(seed_key, row, tl.load(step_ptr + row))
+    key = _row_key(seed_key, tl.load(key_ptr + row), tl.load(step_ptr + row))
     lane = tl.arange(0, BLOCK_V)
     # per-lane running best over the positions lane, lane + BLOCK_V, ...: strict '>' keeps the earliest id
     best = tl.full([BLOCK_V], float("-inf"), tl.float32)
@@ -188,8 +188,9 @@ def sample_(logits: torch.Tensor, rows: Rows, t: Tables, temperature: float = 0.
     counts = torch.empty(B, dtype=torch.int32, device=dev) if counts is None else counts
     greedy = temperature <= 0
     block_v = min(block_v, triton.next_power_of_2(t.vocab_size))  # no lanes wasted on a small vocabulary
+    keys = rows.key if rows.key is not None else torch.arange(B, device=dev)  # [B] what draws are keyed by
     _sample_kernel[(B,)](
-        logits, logits.stride(0), tokens, counts, rows.state, rows.step, rows.history, rows.fault,
+        logits, logits.stride(0), tokens, counts, rows.state, rows.step, rows.history, rows.fault, keys,
         t.token_class, t.class_next, t.legal_count, t.vocab_size, t.num_classes, rows.history.shape[1],
         t.done_state, t.eos_id, 1.0 if greedy else 1.0 / temperature, rng.seed_key(seed),
         GREEDY=greedy, BLOCK_V=block_v, num_warps=num_warps)
