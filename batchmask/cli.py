@@ -82,8 +82,9 @@ def load_grammar(args, registry, tokenizer, device):
     return compile_grammar(registry, tokenizer, max_string=args.max_string, utf8=not args.bytes, device=device)
 
 
-def read_tasks(path: str) -> list[str]:
-    """One task per line, or JSONL objects with a "task" field; '-' reads stdin."""
+def read_tasks(path: str) -> tuple[list[str], list[int | None]]:
+    """One task per line, or JSONL objects with a "task" field (and optionally "max_new_tokens");
+    '-' reads stdin. Returns the tasks and each one's token ceiling (None: the command's default)."""
     if path == "-":
         raw, name = sys.stdin.read(), "<stdin>"
     else:
@@ -99,7 +100,7 @@ def read_tasks(path: str) -> list[str]:
     if not lines:
         raise ValueError(f"{name}: no tasks (the file is empty)")
     if all(ln.lstrip().startswith("{") for _, ln in lines):
-        tasks = []
+        tasks, limits = [], []
         for n, ln in lines:
             try:
                 obj = json.loads(ln)
@@ -107,9 +108,13 @@ def read_tasks(path: str) -> list[str]:
                 raise ValueError(f"{name} line {n}: not valid JSON ({e.msg})") from None
             if not isinstance(obj, dict) or not isinstance(obj.get("task"), str) or not obj["task"].strip():
                 raise ValueError(f"{name} line {n}: expected an object with a non-empty string \"task\"")
+            limit = obj.get("max_new_tokens")
+            if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+                raise ValueError(f"{name} line {n}: \"max_new_tokens\" must be a positive integer, got {limit!r}")
             tasks.append(obj["task"])
-        return tasks
-    return [ln.strip() for _, ln in lines]
+            limits.append(limit)
+        return tasks, limits
+    return [ln.strip() for _, ln in lines], [None] * len(lines)
 
 
 # --- output -------------------------------------------------------------------------------------
@@ -184,7 +189,7 @@ def cmd_generate(args) -> int:
 
     dist = distributed.setup(args.device)
     device = dist.device if dist else _device(args.device)
-    tasks = read_tasks(args.tasks)
+    tasks, task_limits = read_tasks(args.tasks)
     registry = load_registry(args.tools)
     model, tokenizer = load_model_and_tokenizer(args.checkpoint, args.tokenizer, device, _dtype(args.dtype, device))
     grammar = None if args.no_constrain else load_grammar(args, registry, tokenizer, device)
@@ -201,7 +206,8 @@ def cmd_generate(args) -> int:
     from .generation import encode_prompts
     encode_prompts([tasks[i] for i in todo], tokenizer, registry, model.config.seq_len)
 
-    config = GenerationConfig(batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
+    limits = [task_limits[i] or args.max_new_tokens for i in todo]
+    config = GenerationConfig(batch_size=args.batch_size, max_new_tokens=max([args.max_new_tokens, *limits]),
                               temperature=args.temperature, top_p=args.top_p, seed=args.seed,
                               constrain=not args.no_constrain, record_counts=args.show)
     gen = BatchGenerator(model, tokenizer, registry, grammar, config)
@@ -218,7 +224,8 @@ def cmd_generate(args) -> int:
 
     t0 = time.perf_counter()
     try:
-        stats = gen.run([tasks[i] for i in todo], indices=todo, on_result=on_result, on_progress=progress)
+        stats = gen.run([tasks[i] for i in todo], indices=todo, on_result=on_result, on_progress=progress,
+                        limits=limits)
     except KeyboardInterrupt:
         progress.close()
         sink.close()

@@ -167,11 +167,19 @@ class BatchGenerator:
     # --- the loop --------------------------------------------------------------------------------
     def run(self, tasks: list[str], indices: list[int] | None = None,
             on_result: Callable[[Result], None] | None = None,
-            on_progress: Callable[[int, int], None] | None = None) -> RunStats:
-        """Generate a call for every task; `on_result` gets each Result in input order."""
+            on_progress: Callable[[int, int], None] | None = None,
+            limits: list[int] | None = None) -> RunStats:
+        """Generate a call for every task; `on_result` gets each Result in input order.
+
+        limits: an optional token ceiling per task (at most config.max_new_tokens, the default).
+        """
         c = self.config
         B = c.batch_size
         indices = list(range(len(tasks))) if indices is None else list(indices)
+        if limits is None:
+            limits = [c.max_new_tokens] * len(tasks)
+        elif len(limits) != len(tasks) or any(not 1 <= int(n) <= c.max_new_tokens for n in limits):
+            raise GenerationError(f"limits: need one per task, each in [1, {c.max_new_tokens}] (max_new_tokens)")
         prompts = encode_prompts(tasks, self.tokenizer, self.registry, self.seq_len)
         stats = RunStats()
         t0 = time.perf_counter()
@@ -205,7 +213,8 @@ class BatchGenerator:
             rows = torch.tensor(take, device=self.device)
             self.model.reset(rows)
             self.logits[rows] = self.model.prefill(rows, ids.to(self.device), lengths.to(self.device))
-            room = torch.tensor([min(c.max_new_tokens, self.seq_len - len(p)) for p in batch], device=self.device)
+            room = torch.tensor([min(int(limits[next_task + j]), self.seq_len - len(p)) for j, p in enumerate(batch)],
+                                device=self.device)
             self.limit[rows] = room
             self.n_gen[rows] = 0
             self.ended[rows] = False

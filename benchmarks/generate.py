@@ -11,8 +11,9 @@ Three measurements:
   overhead    the decode loop alone (no refills, no prefill), free and constrained blocks interleaved so a
               shared machine's load hits both alike: constrained ms/step / free ms/step.
               Target (CPU): <= 1.05 at B = 64.
-  batching    continuous vs static batching on one constrained task list whose calls have whatever lengths
-              the random model writes (reported as a distribution). Target: continuous >= 1.3x static.
+  batching    continuous vs static batching on one constrained task list mixing short and long calls
+              (a quarter may run to 96 tokens, the rest are capped at 12 and closed by finish());
+              lengths reported as a distribution. Target: continuous >= 1.3x static.
 
 A random-weight model writes nonsense, but constrained it still writes a valid call; free it rarely emits
 EOS, so free rows run to their token ceiling. That is why the overhead figure compares steps, not runs.
@@ -188,7 +189,7 @@ def length_stats(lengths: list[int], cap: int) -> dict:
 
 def run_generation(model, tokenizer, registry, grammar, tasks: list[str], batch_size: int, *, constrain: bool,
                    continuous: bool = True, max_new_tokens: int = MAX_NEW_TOKENS, temperature: float = 0.0,
-                   graphs: bool = False, backend: str = "auto") -> dict:
+                   graphs: bool = False, backend: str = "auto", limits: list[int] | None = None) -> dict:
     """One BatchGenerator.run over `tasks`; tokens/s, ms/step and the distribution of call lengths."""
     config = GenerationConfig(batch_size=batch_size, max_new_tokens=max_new_tokens, temperature=temperature,
                               seed=1, constrain=constrain, continuous=continuous)
@@ -204,7 +205,7 @@ def run_generation(model, tokenizer, registry, grammar, tasks: list[str], batch_
         valid.append(res.error is None)
 
     load = os.getloadavg()[0]
-    stats = gen.run(tasks, on_result=keep)  # run() reads results back per step: its clock ends synchronised
+    stats = gen.run(tasks, on_result=keep, limits=limits)  # run() reads back per step: its clock ends synchronised
     return {"B": batch_size, "mode": "constrained" if constrain else "free", "continuous": continuous,
             "graphs": isinstance(model, GraphedDecode), "tasks": stats.tasks, "tokens": stats.tokens,
             "steps": stats.steps,
@@ -323,13 +324,17 @@ def main():
         print(f"{'':<10} {B:>4} {r['free_ms']:>9.2f} {r['constrained_ms']:>10.2f} {r['ratio']:>7.3f} "
               f"{'<=1.05' if B == 64 else '':>7} {r['load']:>5.2f}", flush=True)
 
-    B_mix = 8
-    tasks = make_tasks(3 * B_mix if args.quick else 8 * B_mix, seed=3)
+    # The mixed workload: a quarter of the tasks may write up to MAX_NEW_TOKENS tokens, the rest are
+    # short calls (a ceiling of SHORT tokens, then finish() closes the call). Static batching holds every
+    # slot until the longest row of its batch is done; continuous batching refills a slot at once.
+    B_mix, SHORT = 8, 12
+    tasks = make_tasks(4 * B_mix if args.quick else 8 * B_mix, seed=3)
+    limits = [MAX_NEW_TOKENS if i % 4 == 0 else SHORT for i in range(len(tasks))]
     print(f"\n{'batching':<10} {'B':>4} {'mode':<12} {'tasks':>5} {'tokens':>7} {'steps':>6} {'tok/s':>9} "
-          f"{'load':>5}   call lengths (T=1, seeded; cap {MAX_NEW_TOKENS})")
+          f"{'load':>5}   call lengths (T=1, seeded; 1/4 capped at {MAX_NEW_TOKENS}, 3/4 at {SHORT})")
     for continuous in (True, False):
         r = run_generation(model, tokenizer, registry, grammar, tasks, B_mix, constrain=True, continuous=continuous,
-                           temperature=1.0, graphs=args.graphs)
+                           temperature=1.0, graphs=args.graphs, limits=limits)
         results["batching"].append(r)
         L = r["lengths"]
         print(f"{'':<10} {B_mix:>4} {'continuous' if continuous else 'static':<12} {r['tasks']:>5} {r['tokens']:>7} "

@@ -187,6 +187,21 @@ def test_cli_generate_writes_jsonl_in_input_order(files, tmp_path):
     assert set(lines[0]) >= {"task", "text", "call", "error", "tokens", "cut", "seconds"}
 
 
+def test_cli_jsonl_tasks_with_their_own_token_ceilings(files, tmp_path):
+    tasks = tmp_path / "t.jsonl"
+    tasks.write_text('{"task": "short one", "max_new_tokens": 3}\n{"task": "long one"}\n'
+                     '{"task": "longer", "max_new_tokens": 40}\n')
+    out = tmp_path / "o.jsonl"
+    assert main(["generate", "--tasks", str(tasks), "--checkpoint", str(files / "model.bin"), "--tokenizer",
+                 str(files / "tokenizer.bin"), "--max-new-tokens", "24", "--quiet", "--out", str(out)]) == 0
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert rows[0]["tokens"] <= 3 and rows[0]["cut"] and json.loads(rows[0]["text"]) == rows[0]["call"]
+    assert rows[1]["tokens"] <= 24 and rows[2]["tokens"] <= 40
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"task": "x", "max_new_tokens": 0}\n')
+    assert main(["generate", "--tasks", str(bad), "--checkpoint", str(files / "model.bin"), "--quiet"]) == 2
+
+
 def test_cli_resume_skips_finished_tasks_and_mends_a_torn_line(files, tmp_path):
     full = tmp_path / "full.jsonl"
     assert run_cli(files, out=full) == 0
