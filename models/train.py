@@ -1,0 +1,531 @@
+"""Train the default model: a SentencePiece vocabulary and a small llama2.c Transformer, on the CPU.
+
+    python -m models.train --out models/default --minutes 23           # train, write, evaluate
+    python -m models.train --out models/default --minutes 23 --resume  # continue after an interruption
+    python -m models.train --out models/default --eval-only            # evaluate the shipped model
+
+Data: generated tool-use tasks (batchmask/taskgen.py). Each example is the exact token sequence
+generation will see:
+
+    ids = encode(render_prompt(registry, task), bos=True)                  # conditioning
+        + encode(render_call(tool, args), bos=False, prefix_space=False)   # what the model writes
+        + [EOS]
+
+and the loss is taken only on the call tokens and the EOS.
+
+Speed trick: every prompt begins with the same tool catalogue (~140 of ~180 tokens), so a batch
+shares that prefix. `forward_shared_prefix` runs the prefix once (batch 1) and lets every row's
+suffix attend to its keys/values; gradients still flow into the prefix. Mathematically the same
+as the plain causal forward of the concatenated sequence (tested), at a fraction of the cost.
+
+Written to --out: model.bin (llama2.c legacy v0), tokenizer.model, tokenizer.bin, eval.json.
+The resumable state (train_state.pt) and the encoded data live in --work (not shipped).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from batchmask.prompt import render_call, render_prompt
+from batchmask.registry import ToolRegistry
+from batchmask.taskgen import KIND_WEIGHTS, Example, judge, make_examples
+from models.checkpoint import ModelConfig, write_checkpoint
+from models.llama import Transformer, load_checkpoint
+from models.tokenizer import Tokenizer, load_tokenizer
+
+# Defaults sized for ~23 minutes on 2 shared CPU cores (see models/default/CARD.md): ~1M parameters.
+DEFAULT_CONFIG = dict(dim=128, hidden_dim=384, n_layers=4, n_heads=4, n_kv_heads=4, seq_len=256)
+VOCAB_SIZE = 1024
+DATA_SEED, TOKENIZER_SEED, EVAL_SEED = 1, 2, 3
+
+
+class TrainError(ValueError):
+    """Training cannot start or resume (bad state file, mismatched arguments)."""
+
+
+# --- vocabulary -------------------------------------------------------------------------------
+def corpus_lines(examples: list[Example], registry: ToolRegistry):
+    """The text SentencePiece learns from, one line at a time: the prompt's lines, then the call.
+
+    Lines, not whole examples: no piece then spans a newline, so "\\n" is always its byte piece
+    and the prompt tokenises the same whatever the task is.
+    """
+    for ex in examples:
+        yield from render_prompt(registry, ex.task).split("\n")
+        yield render_call(ex.tool, ex.args)
+
+
+def train_tokenizer(model_path: Path, n_examples: int = 20000, vocab_size: int = VOCAB_SIZE) -> Tokenizer:
+    """Learn a Llama-style BPE vocabulary on generated training text; write tokenizer.model (+ .bin).
+
+    Then drop every piece that glues a space to text ("▁notes"), keeping "▁" alone: a name is
+    then the same tokens in the task ("show me notes/x.txt") and in the call ("path":"notes/x.txt"),
+    so the model copies tokens instead of learning a ▁-stripped twin of each. The vocabulary
+    ends up smaller than `vocab_size`.
+    """
+    import sentencepiece as spm
+
+    registry = ToolRegistry.defaults()
+    lines = list(corpus_lines(make_examples(n_examples, TOKENIZER_SEED, "train"), registry))
+    prefix = str(model_path.with_suffix(""))
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_prefix=prefix, vocab_size=vocab_size, model_type="bpe",
+        # llama2.c's conventions: unk/BOS/EOS at 0/1/2, no pad, every byte as a fallback piece.
+        unk_id=0, bos_id=1, eos_id=2, pad_id=-1, byte_fallback=True,
+        # What models/tokenizer.py (and llama2.c) can reproduce: text kept as is, a dummy prefix.
+        normalization_rule_name="identity", remove_extra_whitespaces=False, add_dummy_prefix=True,
+        # One token per digit: numbers never seen in training are still made of known tokens.
+        split_digits=True, character_coverage=1.0, num_threads=1, minloglevel=2)
+    Path(prefix + ".vocab").unlink(missing_ok=True)
+    proto = Path(prefix + ".model").read_bytes()
+    Path(prefix + ".model").unlink()
+    model_path.write_bytes(drop_space_pieces(proto))
+    tok = load_tokenizer(model_path)
+    tok.write_bin(model_path.with_name("tokenizer.bin"))
+    return tok
+
+
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        b = buf[i]
+        value |= (b & 0x7F) << shift
+        i, shift = i + 1, shift + 7
+        if b < 0x80:
+            return value, i
+
+
+def drop_space_pieces(proto: bytes) -> bytes:
+    """A SentencePiece ModelProto without its normal pieces that contain "▁" and something else.
+
+    Works on the protobuf wire format (no protobuf package needed): the model's pieces are the
+    repeated length-delimited field 1, each a message whose field 1 is the piece text. BPE stays
+    consistent: a piece without "▁" is only ever merged from pieces without "▁".
+    """
+    out, i = bytearray(), 0
+    while i < len(proto):
+        start = i
+        key, i = _varint(proto, i)
+        wire = key & 7
+        if wire == 0:
+            _, i = _varint(proto, i)
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        elif wire == 2:
+            n, body = _varint(proto, i)
+            i = body + n
+            if key >> 3 == 1 and _is_space_glued(proto[body:i]):
+                continue
+        else:
+            raise TrainError(f"sentencepiece model: unexpected wire type {wire} at byte offset {start}")
+        out += proto[start:i]
+    return bytes(out)
+
+
+def _is_space_glued(piece_msg: bytes) -> bool:
+    """Is this SentencePiece message a normal piece holding "▁" plus other text?"""
+    text, kind, i = None, 1, 0
+    while i < len(piece_msg):
+        key, i = _varint(piece_msg, i)
+        field, wire = key >> 3, key & 7
+        if wire == 2:
+            n, i = _varint(piece_msg, i)
+            if field == 1:
+                text = piece_msg[i:i + n].decode("utf-8")
+            i += n
+        elif wire == 5:
+            i += 4
+        elif wire == 0:
+            value, i = _varint(piece_msg, i)
+            if field == 3:
+                kind = value
+        else:
+            i += 8
+    return kind == 1 and text is not None and "\u2581" in text and text != "\u2581"
+
+
+# --- data -------------------------------------------------------------------------------------
+def encode_example(tok: Tokenizer, registry: ToolRegistry, ex: Example) -> tuple[list[int], int]:
+    """(ids, n_prompt): the example's tokens and how many of them are prompt (conditioning)."""
+    prompt = tok.encode(render_prompt(registry, ex.task), bos=True)
+    call = tok.encode(render_call(ex.tool, ex.args), bos=False, prefix_space=False)
+    return prompt + call + [tok.eos_id], len(prompt)
+
+
+class ExampleEncoder:
+    """`encode_example`, ~4x faster: the catalogue's tokens are computed once.
+
+    Exact because no piece of our vocabulary contains a newline (SentencePiece learnt it from
+    single lines), so BPE never merges across one and the prompt's tokens are the catalogue's
+    tokens followed by those of the "\nTASK: ..." tail. tests/test_train.py checks the equality.
+    """
+
+    def __init__(self, tok: Tokenizer, registry: ToolRegistry):
+        self.tok, self.registry = tok, registry
+        head = render_prompt(registry, "x")
+        self.cut = head.rindex("\nTASK: ")
+        self.head_ids = tok.encode(head[:self.cut], bos=True)
+
+    def __call__(self, ex: Example) -> tuple[list[int], int]:
+        tail = render_prompt(self.registry, ex.task)[self.cut:]
+        prompt = self.head_ids + self.tok.encode(tail, bos=False, prefix_space=False)
+        call = self.tok.encode(render_call(ex.tool, ex.args), bos=False, prefix_space=False)
+        return prompt + call + [self.tok.eos_id], len(prompt)
+
+
+def common_prefix(seqs: list[list[int]]) -> list[int]:
+    """The longest token prefix that every sequence starts with."""
+    first = seqs[0]
+    n = len(first)
+    for s in seqs[1:]:
+        n = min(n, len(s))
+        while s[:n] != first[:n]:
+            n -= 1
+    return first[:n]
+
+
+class Dataset:
+    """Encoded examples as one flat tensor, split into the shared prefix and per-example suffixes.
+
+    prefix  [P]        tokens every example starts with (BOS + the tool catalogue + ...)
+    tokens  [sum N_i]  each example's tokens after the prefix, concatenated
+    offsets [n + 1]    example i is tokens[offsets[i]:offsets[i + 1]]
+    n_cond  [n]        how many of example i's suffix tokens are still prompt
+    """
+
+    def __init__(self, encoded: list[tuple[list[int], int]], prefix_len: int | None = None):
+        seqs = [ids for ids, _ in encoded]
+        prefix = common_prefix(seqs)
+        # Keep at least one prompt token per suffix: the first call token is predicted from it.
+        P = min([len(prefix)] + [n_prompt - 1 for _, n_prompt in encoded])
+        if prefix_len is not None:
+            P = min(P, prefix_len)
+        self.prefix = torch.tensor(prefix[:P], dtype=torch.long)  # [P]
+        lengths = torch.tensor([len(ids) - P for ids in seqs])  # [n]
+        self.offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])  # [n + 1]
+        self.tokens = torch.tensor([t for ids in seqs for t in ids[P:]], dtype=torch.long)  # [sum]
+        self.n_cond = torch.tensor([n_prompt - P for _, n_prompt in encoded])  # [n]
+
+    def __len__(self) -> int:
+        return len(self.n_cond)
+
+    @property
+    def max_len(self) -> int:
+        return len(self.prefix) + int((self.offsets[1:] - self.offsets[:-1]).max())
+
+    def batch(self, idx: torch.Tensor, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """idx [B] -> (inputs [B, T], targets [B, T]); targets are -100 where no loss is taken.
+
+        Right-padded: with causal attention a pad only ever follows real tokens, so it changes nothing.
+        """
+        starts, ends = self.offsets[idx], self.offsets[idx + 1]  # [B]
+        T = int((ends - starts).max()) - 1
+        inputs = torch.full((len(idx), T), pad_id, dtype=torch.long)  # [B, T]
+        targets = torch.full((len(idx), T), -100, dtype=torch.long)  # [B, T]
+        for row, (s, e, c) in enumerate(zip(starts.tolist(), ends.tolist(), self.n_cond[idx].tolist())):
+            seq = self.tokens[s:e]  # [N] this example's suffix
+            inputs[row, :len(seq) - 1] = seq[:-1]
+            # target t is seq[t + 1]; only call tokens and EOS (index >= c) are learned
+            targets[row, c - 1:len(seq) - 1] = seq[c:]
+        return inputs, targets
+
+
+def build_dataset(tok: Tokenizer, n: int, seed: int, split: str = "train") -> Dataset:
+    encode = ExampleEncoder(tok, ToolRegistry.defaults())
+    return Dataset([encode(ex) for ex in make_examples(n, seed, split)])
+
+
+# --- model ------------------------------------------------------------------------------------
+def _attend(attn, q, k, v, mask=None):
+    """q [B, H, Tq, hd], k/v [B, KV, Tk, hd] -> [B, Tq, H * hd]; causal when mask is None."""
+    group = attn.n_heads // attn.n_kv_heads
+    if group > 1:
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
+    return out.transpose(1, 2).flatten(2)
+
+
+def forward_shared_prefix(model: Transformer, prefix: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Logits of `tokens` [B, T] placed after a prefix [P] common to every row -> [B, T, V].
+
+    Equal to model(cat(prefix, tokens))[:, P:], but the prefix is computed once, not B times.
+    """
+    P, (B, T) = prefix.numel(), tokens.shape
+    if P + T > model.config.seq_len:
+        raise TrainError(f"prefix {P} + suffix {T} tokens exceed the model's seq_len={model.config.seq_len}")
+    cos, sin = model.rope_cos, model.rope_sin  # [seq_len, hd] (or hd/2): RoPE tables, row = position
+    xp = model.tok_embeddings(prefix)[None]  # [1, P, dim]
+    xs = model.tok_embeddings(tokens)  # [B, T, dim]
+    # suffix position i (absolute P + i) sees the whole prefix and suffix positions <= i
+    mask = torch.ones(T, P + T, dtype=torch.bool, device=tokens.device).tril(P)  # [T, P + T]
+    for layer in model.layers:
+        attn = layer.attention
+        qp, kp, vp = attn._qkv(layer.attention_norm(xp), cos[:P, None], sin[:P, None])  # [1, P, H|KV, hd]
+        qs, ks, vs = attn._qkv(layer.attention_norm(xs), cos[P:P + T, None], sin[P:P + T, None])  # [B, T, .]
+        qp, kp, vp, qs, ks, vs = (t.transpose(1, 2) for t in (qp, kp, vp, qs, ks, vs))  # [., H|KV, ., hd]
+        k_all = torch.cat([kp.expand(B, -1, -1, -1), ks], dim=2)  # [B, KV, P + T, hd]
+        v_all = torch.cat([vp.expand(B, -1, -1, -1), vs], dim=2)
+        xp = xp + attn.wo(_attend(attn, qp, kp, vp))  # [1, P, dim]
+        xs = xs + attn.wo(_attend(attn, qs, k_all, v_all, mask))  # [B, T, dim]
+        xp = xp + layer.feed_forward(layer.ffn_norm(xp))
+        xs = xs + layer.feed_forward(layer.ffn_norm(xs))
+    return model.output(model.norm(xs))  # [B, T, V]
+
+
+def masked_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over the positions with a target: logits [B, T, V], targets [B, T]."""
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
+
+
+def make_optimizer(model: Transformer, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW; matrices decay, norm gains do not (decaying a gain pulls it towards 0, not 1)."""
+    params = list(dict(model.named_parameters()).values())  # the tied embedding once
+    decay = [p for p in params if p.dim() >= 2]
+    rest = [p for p in params if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                              {"params": rest, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95))
+
+
+def lr_at(step: int, progress: float, lr: float, warmup: int, min_ratio: float = 0.05) -> float:
+    """Linear warm-up over the first `warmup` steps, then cosine decay to min_ratio * lr as the run's
+    progress (the fraction of its step or time budget spent, 0..1) reaches 1."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    progress = min(1.0, max(0.0, progress))
+    return lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def sample_batch(step: int, n: int, batch_size: int, seed: int) -> torch.Tensor:
+    """Example indices of step `step` [B]: a function of (seed, step) only, so a resumed run sees
+    exactly the batches the uninterrupted one would have."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    return torch.randint(0, n, (batch_size,), generator=g)
+
+
+def train_steps(model, data: Dataset, optimizer, steps: range, progress, args, pad_id: int, log=None) -> float:
+    """Run optimisation steps; `progress(step)` -> fraction of the run done (drives the cosine).
+
+    Returns the mean loss of the last (up to 50) steps.
+    """
+    model.train()
+    recent = []
+    for step in steps:
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, progress(step), args.lr, args.warmup)
+        inputs, targets = data.batch(sample_batch(step, len(data), args.batch_size, args.seed), pad_id)
+        loss = masked_loss(forward_shared_prefix(model, data.prefix, inputs), targets)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        recent = (recent + [loss.item()])[-50:]
+        if log is not None:
+            log(step, loss.item())
+    return sum(recent) / max(1, len(recent))
+
+
+# --- evaluation -------------------------------------------------------------------------------
+@torch.no_grad()
+def greedy_calls(model: Transformer, tok: Tokenizer, tasks: list[str], max_new: int = 96,
+                 batch_size: int = 50) -> list[str]:
+    """Free (unmasked) greedy decoding of the call for each task, batched through the KV cache."""
+    registry = ToolRegistry.defaults()
+    model.eval()
+    texts = []
+    for start in range(0, len(tasks), batch_size):
+        chunk = tasks[start:start + batch_size]
+        prompts = [tok.encode(render_prompt(registry, t), bos=True) for t in chunk]
+        n = len(prompts)
+        lengths = torch.tensor([len(p) for p in prompts])  # [n]
+        padded = torch.zeros(n, int(lengths.max()), dtype=torch.long)  # [n, T]
+        for i, p in enumerate(prompts):
+            padded[i, :len(p)] = torch.tensor(p)
+        model.setup_cache(n)
+        logits = model.prefill(torch.arange(n), padded, lengths)  # [n, V]
+        out = torch.zeros(n, 0, dtype=torch.long)  # [n, t]
+        done = torch.zeros(n, dtype=torch.bool)  # [n]
+        room = model.config.seq_len - int(lengths.max())
+        for _ in range(min(max_new, room)):
+            nxt = logits.argmax(-1)  # [n]
+            nxt = torch.where(done, torch.full_like(nxt, tok.eos_id), nxt)
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            done |= nxt == tok.eos_id
+            if bool(done.all()):
+                break
+            logits = model.decode(nxt)
+        for row in out.tolist():
+            ids = row[:row.index(tok.eos_id)] if tok.eos_id in row else row
+            texts.append(tok.decode_bytes(ids).decode("utf-8", errors="replace"))
+    return texts
+
+
+def evaluate(model: Transformer, tok: Tokenizer, n: int = 200, seed: int = EVAL_SEED) -> dict:
+    """% parsed / right tool / right argument on n held-out eval tasks, overall and per kind."""
+    examples = make_examples(n, seed, "eval")
+    calls = greedy_calls(model, tok, [ex.task for ex in examples])
+    verdicts = [judge(ex, text) for ex, text in zip(examples, calls)]
+
+    def rates(rows):
+        return {k: round(100.0 * sum(v[k] for v in rows) / max(1, len(rows)), 1)
+                for k in ("parsed", "right_tool", "right_arg")} | {"n": len(rows)}
+
+    report = {"overall": rates(verdicts)}
+    for kind in KIND_WEIGHTS:
+        report[kind] = rates([v for ex, v in zip(examples, verdicts) if ex.kind == kind])
+    report["samples"] = [{"task": ex.task, "call": text, **v}
+                         for ex, text, v in list(zip(examples, calls, verdicts))[:12]]
+    return report
+
+
+# --- the run ------------------------------------------------------------------------------
+def _logger(start_time: float, budget: str, every: int = 25):
+    """A logger printing one progress line on stderr every `every` steps."""
+    def log(step, loss):
+        if step % every == 0:
+            elapsed = time.time() - start_time
+            print(f"step {step:5d}  loss {loss:.4f}  {elapsed / 60:5.1f} min of {budget}", file=sys.stderr, flush=True)
+    return log
+
+
+def save_state(path: Path, model, optimizer, step: int, elapsed: float, loss: float, args):
+    tmp = path.with_suffix(".tmp")
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                "elapsed": elapsed, "loss": loss, "config": asdict(model.config),
+                "args": {k: v for k, v in vars(args).items() if k not in ("out", "work", "resume")}}, tmp)
+    os.replace(tmp, path)  # a crash mid-save never leaves a broken state behind
+
+
+def load_state(path: Path, args) -> dict:
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except (OSError, RuntimeError, EOFError) as e:
+        raise TrainError(f"{path}: cannot read the training state: {e}") from None
+    for key in ("dim", "n_layers", "batch_size", "seed", "lr", "n_examples"):
+        if state["args"].get(key) != getattr(args, key):
+            raise TrainError(f"{path}: state was saved with {key}={state['args'].get(key)}, "
+                             f"this run has {key}={getattr(args, key)} (drop --resume to start over)")
+    return state
+
+
+def run(args) -> dict:
+    out, work = Path(args.out), Path(args.work)
+    out.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(args.seed)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    state_path = work / "train_state.pt"
+    state = load_state(state_path, args) if args.resume and state_path.exists() else None
+    if args.resume and state is None:
+        print(f"no {state_path}: starting from scratch", file=sys.stderr)
+
+    # Vocabulary: reuse the one a resumed run was trained with.
+    tok_path = out / "tokenizer.model"
+    tok = load_tokenizer(tok_path) if state is not None else train_tokenizer(tok_path, vocab_size=args.vocab_size)
+    data_path = work / "data.pt"
+    if state is not None and data_path.exists():
+        data = torch.load(data_path, weights_only=False)
+    else:
+        t0 = time.time()
+        data = build_dataset(tok, args.n_examples, args.seed)
+        torch.save(data, data_path)
+        print(f"encoded {len(data)} examples in {time.time() - t0:.0f} s: shared prefix {len(data.prefix)} "
+              f"tokens, longest {data.max_len}, {int((data.tokens.numel()) / len(data))} suffix tokens each",
+              file=sys.stderr)
+
+    config = ModelConfig(dim=args.dim, hidden_dim=args.hidden_dim, n_layers=args.n_layers, n_heads=args.n_heads,
+                         n_kv_heads=args.n_heads, vocab_size=tok.vocab_size, seq_len=args.seq_len)
+    if data.max_len > config.seq_len:
+        raise TrainError(f"an example has {data.max_len} tokens, more than seq_len={config.seq_len}")
+    model = Transformer(config)
+    optimizer = make_optimizer(model, args.lr, args.weight_decay)
+    n_params = sum(p.numel() for p in dict(model.named_parameters()).values())
+    print(f"model {config}: {n_params / 1e6:.2f}M parameters", file=sys.stderr)
+
+    step, elapsed, loss = 0, 0.0, float("nan")
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        step, elapsed = state["step"], state["elapsed"]
+        print(f"resumed at step {step} ({elapsed / 60:.1f} min done)", file=sys.stderr)
+
+    # The cosine follows the time budget (a shared machine's speed varies), or --steps if given.
+    budget_s = args.minutes * 60
+    start = time.time() - elapsed
+    if args.steps:
+        def progress(s):
+            return s / args.steps
+        budget = f"{args.steps} steps"
+    else:
+        def progress(s):
+            return (time.time() - start) / budget_s
+        budget = f"{args.minutes:g} min"
+    log = _logger(start, budget)
+    while progress(step) < 1.0:
+        chunk = range(step, step + args.save_every if not args.steps else min(args.steps, step + args.save_every))
+        loss = train_steps(model, data, optimizer, chunk, progress, args, tok.eos_id, log)
+        step = chunk.stop
+        save_state(state_path, model, optimizer, step, time.time() - start, loss, args)
+    elapsed = time.time() - start
+
+    write_checkpoint(out / "model.bin", config, model.checkpoint_weights(), version=0)
+    shipped = load_checkpoint(out / "model.bin")  # evaluate what was written, not what is in memory
+    report = evaluate(shipped, load_tokenizer(out / "tokenizer.bin"), n=args.eval_n)
+    report["train"] = {"steps": step, "minutes": round(elapsed / 60, 1),
+                       "final_loss": round(loss, 4), "parameters": n_params, "config": asdict(config),
+                       "examples": len(data), "batch_size": args.batch_size, "lr": args.lr}
+    (out / "eval.json").write_text(json.dumps(report, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in report.items() if k != "samples"}, indent=1), file=sys.stderr)
+    return report
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m models.train", description=__doc__.split("\n")[0])
+    p.add_argument("--out", default="models/default", help="where the shipped files go")
+    p.add_argument("--work", default="runs/train", help="training state and encoded data (not shipped)")
+    p.add_argument("--minutes", type=float, default=23.0, help="training time budget (the loop; setup and "
+                   "evaluation add ~1-2 min)")
+    p.add_argument("--steps", type=int, default=0, help="fixed number of steps (0: fit to --minutes)")
+    p.add_argument("--resume", action="store_true", help="continue from WORK/train_state.pt")
+    p.add_argument("--eval-only", action="store_true", help="evaluate OUT/model.bin and exit")
+    p.add_argument("--eval-n", type=int, default=200)
+    p.add_argument("--vocab-size", type=int, default=VOCAB_SIZE)
+    p.add_argument("--n-examples", type=int, default=40000)
+    # Small batches: on a slow CPU the number of steps decides when copying is learnt.
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--lr", type=float, default=4e-3)
+    p.add_argument("--warmup", type=int, default=50)
+    p.add_argument("--weight-decay", type=float, default=0.1)
+    p.add_argument("--save-every", type=int, default=50, help="steps between training-state saves")
+    p.add_argument("--seed", type=int, default=DATA_SEED)
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads (0: torch's default); 1 is fastest on a busy 2-core machine")
+    for k, v in DEFAULT_CONFIG.items():
+        if k != "n_kv_heads":
+            p.add_argument("--" + k.replace("_", "-"), type=int, default=v)
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.eval_only:
+        out = Path(args.out)
+        report = evaluate(load_checkpoint(out / "model.bin"), load_tokenizer(out / "tokenizer.bin"), n=args.eval_n)
+        print(json.dumps(report, indent=1))
+        return
+    run(args)
+
+
+if __name__ == "__main__":
+    main()

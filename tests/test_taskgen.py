@@ -1,0 +1,209 @@
+"""The task generator: deterministic, held-out pools really disjoint, every reference call valid."""
+import ast
+import re
+from fractions import Fraction
+
+import pytest
+
+from batchmask.prompt import parse_call, render_call
+from batchmask.registry import ToolRegistry
+from batchmask.taskgen import (KIND_TOOL, KIND_WEIGHTS, NUMBER_POOLS, ExprError, eval_expr, expected_result,
+                               judge, make_examples, number_words, template_pools)
+
+REG = ToolRegistry.defaults()
+N = 1500
+
+
+@pytest.fixture(scope="module")
+def train():
+    return make_examples(N, seed=0, split="train")
+
+
+@pytest.fixture(scope="module")
+def held_out():
+    return make_examples(N, seed=0, split="eval")
+
+
+# --- an independent reference: a plainly written recursive-descent evaluator --------------
+def reference_value(expr: str) -> Fraction:
+    """expr := term (('+'|'-') term)*; term := atom (('*'|'/') atom)*; atom := digits | '(' expr ')'."""
+    toks = re.findall(r"\d+|[-+*/()]", expr)
+    assert "".join(toks) == expr.replace(" ", ""), f"stray characters in {expr!r}"
+    pos = 0
+
+    def atom():
+        nonlocal pos
+        t = toks[pos]
+        pos += 1
+        if t == "(":
+            v = sum_()
+            assert toks[pos] == ")"
+            pos += 1
+            return v
+        return Fraction(int(t))
+
+    def term():
+        nonlocal pos
+        v = atom()
+        while pos < len(toks) and toks[pos] in "*/":
+            op = toks[pos]
+            pos += 1
+            v = v * atom() if op == "*" else v / atom()
+        return v
+
+    def sum_():
+        nonlocal pos
+        v = term()
+        while pos < len(toks) and toks[pos] in "+-":
+            op = toks[pos]
+            pos += 1
+            v = v + term() if op == "+" else v - term()
+        return v
+
+    v = sum_()
+    assert pos == len(toks)
+    return v
+
+
+WORD_VALUES = {number_words(n): n for n in range(100)}
+
+
+def mentioned_numbers(task: str) -> list[int]:
+    """Every number a task mentions, in digits or in words."""
+    nums = [int(t) for t in re.findall(r"\d+", task)]
+    nums += [WORD_VALUES[w] for w in re.findall(r"[a-z]+(?:-[a-z]+)?", task) if w in WORD_VALUES]
+    return nums
+
+
+# --- determinism ----------------------------------------------------------------------------
+def test_same_seed_same_examples():
+    assert make_examples(300, seed=7) == make_examples(300, seed=7)
+    assert make_examples(300, seed=7, split="eval") == make_examples(300, seed=7, split="eval")
+
+
+def test_different_seeds_and_splits_differ():
+    a, b = make_examples(300, seed=7), make_examples(300, seed=8)
+    assert sum(x != y for x, y in zip(a, b)) > 250
+    assert make_examples(300, seed=7, split="eval") != a
+
+
+def test_prefix_stable():
+    # the first k examples do not depend on how many are asked for
+    assert make_examples(50, seed=3) == make_examples(200, seed=3)[:50]
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="split"):
+        make_examples(3, seed=0, split="test")
+    with pytest.raises(ValueError, match="n must be"):
+        make_examples(-1, seed=0)
+
+
+# --- every reference call is valid --------------------------------------------------------
+@pytest.mark.parametrize("split", ["train", "eval"])
+def test_calls_parse_and_name_the_kind_tool(split, train, held_out):
+    for ex in train if split == "train" else held_out:
+        call, why = parse_call(render_call(ex.tool, ex.args), REG)
+        assert call is not None, (ex, why)
+        assert call["tool"] == KIND_TOOL[ex.kind] == ex.tool
+        assert judge(ex, render_call(ex.tool, ex.args)) == {"parsed": True, "right_tool": True, "right_arg": True}
+
+
+def test_every_kind_is_generated(train, held_out):
+    assert {ex.kind for ex in train} == set(KIND_WEIGHTS) == {ex.kind for ex in held_out}
+
+
+def test_calc_expressions_evaluate_to_the_answer(train, held_out):
+    calcs = [ex for ex in train + held_out if ex.tool == "calc"]
+    assert len(calcs) > 300
+    for ex in calcs:
+        expr = ex.args["expr"]
+        assert set(expr) <= set("0123456789+-*/()"), expr
+        assert reference_value(expr) == ex.answer == eval_expr(expr) == expected_result(ex), ex
+
+
+def test_words_calc_numbers_appear_in_the_expression(train):
+    # "add forty-two and 19" must give an expression over exactly 42 and 19
+    for ex in train:
+        if ex.kind == "calc_words":
+            assert sorted(mentioned_numbers(ex.task)) == sorted(int(t) for t in re.findall(r"\d+", ex.args["expr"]))
+
+
+def test_file_paths_are_named_in_the_task(train, held_out):
+    for ex in train + held_out:
+        if ex.tool in ("read_file", "list_dir", "write_file"):
+            assert ex.args["path"] in ex.task.split() or f" {ex.args['path']}" in ex.task
+            assert expected_result(ex) == ex.args["path"]
+        if ex.tool == "write_file":
+            assert f"'{ex.args['text']}'" in ex.task
+
+
+# --- held out means held out ----------------------------------------------------------------
+def test_template_and_name_pools_are_disjoint():
+    train, held_out = template_pools("train"), template_pools("eval")
+    for name in train:
+        assert train[name] and held_out[name], name
+        assert not train[name] & held_out[name], (name, train[name] & held_out[name])
+    assert not NUMBER_POOLS["train"] & NUMBER_POOLS["eval"]
+    assert NUMBER_POOLS["train"] | NUMBER_POOLS["eval"] == frozenset(range(1000))
+
+
+def test_examples_draw_only_from_their_split(train, held_out):
+    for split, examples in (("train", train), ("eval", held_out)):
+        other = template_pools("eval" if split == "train" else "train")
+        for ex in examples:
+            # numbers: every operand mentioned belongs to the split's pool
+            if ex.tool == "calc":
+                assert set(mentioned_numbers(ex.task)) <= NUMBER_POOLS[split], ex
+            # names: no directory, stem or written word of the other split
+            if ex.tool in ("read_file", "list_dir", "write_file"):
+                parts = ex.args["path"].split("/")
+                stem = parts[-1].split(".")[0] if ex.tool != "list_dir" else None
+                assert not set(parts[:-1] if stem else parts) & other["dirs"], ex
+                assert stem is None or stem not in other["stems"], ex
+            if ex.tool == "write_file":
+                assert not set(ex.args["text"].split()) & other["words"], ex
+    # and no task text of one split occurs in the other
+    assert not {ex.task for ex in train} & {ex.task for ex in held_out}
+
+
+# --- the evaluator and the judge ------------------------------------------------------------
+def test_eval_expr_matches_the_reference_on_handwritten_cases():
+    for expr in ["3+4*2", "(5+7)*3", "84/7", "10-2-3", "2*(3+4)-5/5", "100/8", "7 * (2 - 9)"]:
+        assert eval_expr(expr) == reference_value(expr), expr
+    assert eval_expr("-3+10") == 7  # unary minus: a model may write it, the reference has none
+    assert eval_expr("100/8") == Fraction(25, 2)
+
+
+@pytest.mark.parametrize("bad, why", [("2**3", "unsupported"), ("7//2", "unsupported"), ("3/0", "division by zero"),
+                                      ("x+1", "'x' at offset 0"), ("1.5*2", "'.' at offset 1"),
+                                      ("(1+2", "not well formed"), ("__import__('os')", "'_' at offset 0")])
+def test_eval_expr_rejects(bad, why):
+    with pytest.raises(ExprError, match=re.escape(why)):
+        eval_expr(bad)
+
+
+def test_eval_expr_never_runs_code():
+    # only characters from the calc alphabet even reach the parser
+    with pytest.raises(ExprError):
+        eval_expr("().__class__")
+    assert isinstance(ast.parse("1+1", mode="eval"), ast.Expression)
+
+
+def test_judge_scores_wrong_calls():
+    ex = next(e for e in make_examples(200, seed=1) if e.kind == "calc_words")
+    same_value = render_call("calc", {"expr": f"({ex.args['expr']})*1"})
+    assert judge(ex, same_value) == {"parsed": True, "right_tool": True, "right_arg": True}
+    assert judge(ex, render_call("calc", {"expr": f"({ex.args['expr']})+1"}))["right_arg"] is False
+    assert judge(ex, render_call("answer", {"text": "hi"})) == {"parsed": True, "right_tool": False,
+                                                                 "right_arg": False}
+    assert judge(ex, '{"tool":"calc"') == {"parsed": False, "right_tool": False, "right_arg": False}
+    read = next(e for e in make_examples(200, seed=1) if e.kind == "read")
+    assert judge(read, render_call("read_file", {"path": read.args["path"] + "x"}))["right_arg"] is False
+
+
+def test_number_words():
+    assert [number_words(n) for n in (0, 7, 13, 20, 42, 99)] == ["zero", "seven", "thirteen", "twenty", "forty-two",
+                                                                  "ninety-nine"]
+    with pytest.raises(ValueError, match="100"):
+        number_words(100)

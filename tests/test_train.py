@@ -1,0 +1,222 @@
+"""The training script's pieces, and the shipped default model in models/default/."""
+import argparse
+from pathlib import Path
+
+import pytest
+import sentencepiece as spm
+import torch
+
+from batchmask.prompt import parse_call, render_call, render_prompt
+from batchmask.registry import ToolRegistry
+from batchmask.taskgen import make_examples
+from models.checkpoint import ModelConfig, read_checkpoint
+from models.llama import Transformer, load_checkpoint
+from models.tokenizer import load_tokenizer
+from models.train import (ExampleEncoder, TrainError, build_dataset, common_prefix, encode_example,
+                          forward_shared_prefix, load_state, lr_at, make_optimizer, masked_loss, save_state,
+                          train_steps, train_tokenizer)
+
+REG = ToolRegistry.defaults()
+DEFAULT = Path(__file__).resolve().parents[1] / "models" / "default"
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory):
+    """A small vocabulary trained by the script's own function (seconds)."""
+    return train_tokenizer(tmp_path_factory.mktemp("tok") / "tokenizer.model", n_examples=1500, vocab_size=400)
+
+
+def tiny_config(vocab_size, n_kv_heads=2):
+    return ModelConfig(dim=32, hidden_dim=64, n_layers=2, n_heads=4, n_kv_heads=n_kv_heads, vocab_size=vocab_size,
+                       seq_len=512)
+
+
+def train_args(**kw):
+    base = dict(lr=3e-3, warmup=5, batch_size=8, seed=0, dim=32, n_layers=2, n_examples=64)
+    return argparse.Namespace(**(base | kw))
+
+
+# --- the vocabulary ---------------------------------------------------------------------------
+def test_tokenizer_is_llama2c_shaped_and_matches_sentencepiece(tok, tmp_path):
+    # pieces gluing a space to text were dropped from the 400 the trainer made; "▁" alone stays
+    assert 259 < tok.vocab_size < 400
+    assert [p for p in tok.pieces if "\u2581" in p] == ["\u2581"]
+    assert tok.pieces[:3] == ["<unk>", "<s>", "</s>"]
+    assert tok.pieces[3:259] == [f"<0x{b:02X}>" for b in range(256)]
+    # the independent reference: sentencepiece itself, on the file train_tokenizer wrote
+    sp = spm.SentencePieceProcessor(model_file=str(tok.source))
+    for ex in make_examples(40, seed=9, split="eval"):
+        for text in (render_prompt(REG, ex.task), render_call(ex.tool, ex.args)):
+            assert tok.encode(text, bos=False) == sp.encode(text), text
+    # the .bin written beside it holds the same vocabulary
+    from_bin = load_tokenizer(Path(tok.source).with_name("tokenizer.bin"))
+    assert from_bin.token_bytes == tok.token_bytes and from_bin.scores == pytest.approx(tok.scores)
+
+
+def test_no_piece_spans_a_newline(tok):
+    # what ExampleEncoder's shortcut relies on
+    assert not any("\n" in p for p in tok.pieces)
+
+
+def test_example_encoder_equals_full_encoding(tok):
+    encode = ExampleEncoder(tok, REG)
+    for ex in make_examples(100, seed=4) + make_examples(100, seed=4, split="eval"):
+        assert encode(ex) == encode_example(tok, REG, ex)
+
+
+def test_encoded_example_layout(tok):
+    ex = make_examples(1, seed=0)[0]
+    ids, n_prompt = encode_example(tok, REG, ex)
+    assert ids[0] == tok.bos_id and ids[-1] == tok.eos_id
+    assert tok.decode_bytes(ids[:n_prompt]).decode() == " " + render_prompt(REG, ex.task)  # the dummy prefix
+    assert tok.decode_bytes(ids[n_prompt:-1]).decode() == render_call(ex.tool, ex.args)
+
+
+# --- batches ----------------------------------------------------------------------------------
+def test_common_prefix():
+    assert common_prefix([[1, 2, 3, 4], [1, 2, 5], [1, 2, 3]]) == [1, 2]
+    assert common_prefix([[7, 8], [9]]) == []
+
+
+def test_batch_targets_are_exactly_the_call_and_eos(tok):
+    examples = make_examples(12, seed=5)
+    data = build_dataset(tok, 12, seed=5)
+    assert len(data.prefix) > 20  # the catalogue is shared
+    inputs, targets = data.batch(torch.arange(12), pad_id=tok.eos_id)
+    for row, ex in enumerate(examples):
+        ids, n_prompt = encode_example(tok, REG, ex)
+        full_inputs = torch.cat([data.prefix, inputs[row]])  # [P + T]
+        assert full_inputs[:len(ids) - 1].tolist() == ids[:-1]
+        learned = targets[row][targets[row] != -100].tolist()
+        want = tok.encode(render_call(ex.tool, ex.args), bos=False, prefix_space=False) + [tok.eos_id]
+        assert learned == want == ids[n_prompt:]
+        # each learned target sits one position before its token: next-token prediction
+        first = int((targets[row] != -100).nonzero()[0])
+        assert len(data.prefix) + first + 1 == n_prompt
+
+
+# --- the model forward ------------------------------------------------------------------------
+@pytest.mark.parametrize("n_kv_heads", [4, 2])
+def test_shared_prefix_forward_equals_plain_forward(n_kv_heads):
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(50, n_kv_heads))
+    prefix = torch.randint(0, 50, (9,))  # [P]
+    tokens = torch.randint(0, 50, (3, 6))  # [B, T]
+    plain = model(torch.cat([prefix.expand(3, -1), tokens], dim=1))[:, 9:]  # [B, T, V]
+    shared = forward_shared_prefix(model, prefix, tokens)
+    torch.testing.assert_close(shared, plain, rtol=1e-5, atol=1e-5)
+    # the prefix matters (guards against a forward that ignores it)
+    other = forward_shared_prefix(model, (prefix + 1) % 50, tokens)
+    assert (other - shared).abs().max() > 1e-3
+
+
+def test_shared_prefix_gradients_equal_plain_gradients():
+    torch.manual_seed(1)
+    model = Transformer(tiny_config(50))
+    prefix, tokens = torch.randint(0, 50, (7,)), torch.randint(0, 50, (2, 5))
+    targets = torch.randint(0, 50, (2, 5))
+    masked_loss(forward_shared_prefix(model, prefix, tokens), targets).backward()
+    shared = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    plain = model(torch.cat([prefix.expand(2, -1), tokens], dim=1))[:, 7:]
+    masked_loss(plain, targets).backward()
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(shared[n], p.grad, rtol=1e-4, atol=1e-6, msg=n)
+
+
+def test_masked_loss_ignores_unmarked_positions():
+    logits = torch.randn(2, 3, 5)
+    targets = torch.tensor([[1, -100, 2], [-100, -100, 4]])
+    want = torch.stack([-logits[0, 0].log_softmax(-1)[1], -logits[0, 2].log_softmax(-1)[2],
+                        -logits[1, 2].log_softmax(-1)[4]]).mean()
+    torch.testing.assert_close(masked_loss(logits, targets), want)
+
+
+# --- optimisation -----------------------------------------------------------------------------
+def test_lr_schedule():
+    lrs = [lr_at(s, s / 100, 1.0, 10) for s in range(100)]
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(0.1 * 10)  # linear warm-up
+    assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))  # the cosine never rises
+    assert lr_at(50, 0.5, 1.0, 10) == pytest.approx(0.05 + 0.95 * 0.5)
+    assert lr_at(100, 1.0, 1.0, 10) == lr_at(200, 3.0, 1.0, 10) == pytest.approx(0.05)
+
+
+def test_a_few_steps_lower_the_loss(tok):
+    torch.manual_seed(0)
+    data = build_dataset(tok, 64, seed=0)
+    model = Transformer(tiny_config(tok.vocab_size))
+    args = train_args()
+    inputs, targets = data.batch(torch.arange(64), tok.eos_id)
+
+    def loss_now():
+        with torch.no_grad():
+            return masked_loss(forward_shared_prefix(model, data.prefix, inputs), targets).item()
+
+    before = loss_now()
+    train_steps(model, data, make_optimizer(model, args.lr, 0.1), range(40), lambda s: s / 40, args,
+                tok.eos_id)
+    after = loss_now()
+    assert after < 0.7 * before, (before, after)
+
+
+def test_resumed_training_matches_uninterrupted(tok, tmp_path):
+    data = build_dataset(tok, 64, seed=0)
+    args = train_args()
+
+    def fresh():
+        torch.manual_seed(0)
+        model = Transformer(tiny_config(tok.vocab_size))
+        return model, make_optimizer(model, args.lr, 0.1)
+
+    def progress(s):
+        return s / 6
+
+    straight, opt = fresh()
+    train_steps(straight, data, opt, range(6), progress, args, tok.eos_id)
+
+    first, opt = fresh()
+    train_steps(first, data, opt, range(3), progress, args, tok.eos_id)
+    save_state(tmp_path / "state.pt", first, opt, 3, 1.0, 0.0, args)
+    state = load_state(tmp_path / "state.pt", args)
+    resumed, opt = fresh()
+    resumed.load_state_dict(state["model"])
+    opt.load_state_dict(state["optimizer"])
+    train_steps(resumed, data, opt, range(state["step"], 6), progress, args, tok.eos_id)
+    for (n, a), b in zip(straight.state_dict().items(), resumed.state_dict().values()):
+        torch.testing.assert_close(a, b, msg=n)
+    with pytest.raises(TrainError, match="batch_size=8"):
+        load_state(tmp_path / "state.pt", train_args(batch_size=16))
+
+
+# --- the shipped default model ----------------------------------------------------------------
+def test_shipped_files_exist_and_are_small():
+    files = {p.name: p.stat().st_size for p in DEFAULT.iterdir()}
+    for name in ("model.bin", "tokenizer.model", "tokenizer.bin", "CARD.md"):
+        assert name in files, name
+    assert sum(files.values()) <= 10 * 2 ** 20
+
+
+def test_shipped_checkpoint_and_tokenizers_agree():
+    config, weights = read_checkpoint(DEFAULT / "model.bin")
+    from_model = load_tokenizer(DEFAULT / "tokenizer.model")
+    from_bin = load_tokenizer(DEFAULT / "tokenizer.bin")
+    assert config.vocab_size == from_model.vocab_size == from_bin.vocab_size
+    assert weights["token_embedding"].shape == (config.vocab_size, config.dim)
+    assert from_bin.token_bytes == from_model.token_bytes
+    # and sentencepiece reads the .model the same way our tokenizer does
+    sp = spm.SentencePieceProcessor(model_file=str(DEFAULT / "tokenizer.model"))
+    assert sp.vocab_size() == config.vocab_size
+    task = make_examples(1, seed=0, split="eval")[0].task
+    assert from_bin.encode(render_prompt(REG, task), bos=False) == sp.encode(render_prompt(REG, task))
+
+
+def test_shipped_model_writes_a_call():
+    """Greedy, unmasked, on one held-out task: the model alone already produces a valid call."""
+    from models.train import greedy_calls
+    model = load_checkpoint(DEFAULT / "model.bin")
+    tok = load_tokenizer(DEFAULT / "tokenizer.bin")
+    ex = next(e for e in make_examples(20, seed=11, split="eval") if e.kind == "read")
+    (text,) = greedy_calls(model, tok, [ex.task])
+    call, why = parse_call(text, REG)
+    assert call is not None, (ex.task, text, why)
+    assert call["tool"] == "read_file"
