@@ -10,15 +10,6 @@ from hypothesis import given, settings, strategies as st
 from models.checkpoint import (MAGIC, CheckpointError, ModelConfig, check_vocab, random_weights,
                                read_checkpoint, read_config, weight_shapes, write_checkpoint)
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny matmuls: intra-op threads only add synchronisation (badly so on a shared, busy machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 CONFIGS = {
     "mha_shared": ModelConfig(dim=32, hidden_dim=64, n_layers=2, n_heads=4, n_kv_heads=4, vocab_size=50, seq_len=16),
     "gqa_unshared": ModelConfig(dim=64, hidden_dim=96, n_layers=3, n_heads=8, n_kv_heads=2, vocab_size=70,

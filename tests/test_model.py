@@ -10,15 +10,6 @@ from models.checkpoint import ModelConfig, random_weights, write_checkpoint
 from models.llama import ContextOverflowError, Transformer, load_checkpoint
 from models.sampling import greedy
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny matmuls: intra-op threads only add synchronisation (badly so on a shared, busy machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 CONFIGS = {
     "mha_shared": ModelConfig(dim=32, hidden_dim=64, n_layers=2, n_heads=4, n_kv_heads=4, vocab_size=50, seq_len=16),
     "gqa_unshared": ModelConfig(dim=64, hidden_dim=96, n_layers=2, n_heads=8, n_kv_heads=2, vocab_size=70,
