@@ -245,15 +245,24 @@ def _load_kernels(backend: str):
 
 
 def _device_tables(grammar, device: torch.device) -> Tables:
-    """Copy the grammar's tables to the device in the kernels' dtypes, checking them against the contract."""
+    """Copy the grammar's tables to the device in the kernels' dtypes, checking them against the contract.
+
+    A CompiledGrammar brings its factored table (state_row [S], row_next [R, C] of next-state codes); any
+    other grammar object a plain class_next [S, C] (the special case state_row = arange(S))."""
     token_class = grammar.token_class.to(device=device, dtype=torch.int32).contiguous()  # [V]
-    class_next = grammar.class_next.to(device).contiguous()  # [S, C]
     legal_count = grammar.legal_count.to(device=device, dtype=torch.int32).contiguous()  # [S]
-    if class_next.dtype not in (torch.int16, torch.int32):
-        raise GrammarTableError(f"class_next must be int16 or int32, got {class_next.dtype}")
-    if class_next.dim() != 2:
-        raise GrammarTableError(f"class_next must be [S, C], got shape {list(class_next.shape)}")
-    S, C = class_next.shape
+    if hasattr(grammar, "row_next"):
+        name, row_next = "row_next", grammar.row_next.to(device).contiguous()  # [R, C]
+        state_row = grammar.state_row.to(device=device, dtype=torch.int32).contiguous()  # [S]
+    else:
+        name, row_next = "class_next", grammar.class_next.to(device).contiguous()  # [S, C]
+        state_row = None
+    if row_next.dtype not in (torch.int16, torch.int32):
+        raise GrammarTableError(f"{name} must be int16 or int32, got {row_next.dtype}")
+    if row_next.dim() != 2:
+        raise GrammarTableError(f"{name} must be 2-D, got shape {list(row_next.shape)}")
+    R, C = row_next.shape
+    S = legal_count.numel() if state_row is not None else R
     V = token_class.numel()
     if token_class.dim() != 1 or V != grammar.vocab_size:
         raise GrammarTableError(f"token_class must be [{grammar.vocab_size}], got {list(token_class.shape)}")
@@ -262,12 +271,20 @@ def _device_tables(grammar, device: torch.device) -> Tables:
     lo, hi = int(token_class.min()), int(token_class.max())
     if lo < 0 or hi >= C:
         raise GrammarTableError(f"token_class values must be in [0, {C}), got [{lo}, {hi}]")
-    lo, hi = int(class_next.min()), int(class_next.max())
+    if state_row is not None:
+        if state_row.shape != (S,) or int(state_row.min()) < 0 or int(state_row.max()) >= R:
+            raise GrammarTableError(f"state_row must be [{S}] with values in [0, {R})")
+        states = torch.arange(S, device=device)
+        decoded = mask_torch.decode(row_next.index_select(0, state_row), states[:, None])   # [S, C] (a check only)
+        lo, hi = int(decoded.min()), int(decoded.max())
+    else:
+        lo, hi = int(row_next.min()), int(row_next.max())
     if lo < -1 or hi >= S:
-        raise GrammarTableError(f"class_next values must be in [-1, {S}), got [{lo}, {hi}]")
-    for name in ("start", "done_state"):
-        if not 0 <= int(getattr(grammar, name)) < S:
-            raise GrammarTableError(f"{name} = {getattr(grammar, name)} is not a state (S = {S})")
+        raise GrammarTableError(f"{name} values must be in [-1, {S}), got [{lo}, {hi}]")
+    for attr in ("start", "done_state"):
+        if not 0 <= int(getattr(grammar, attr)) < S:
+            raise GrammarTableError(f"{attr} = {getattr(grammar, attr)} is not a state (S = {S})")
     if not 0 <= int(grammar.eos_id) < V:
         raise GrammarTableError(f"eos_id = {grammar.eos_id} is not a token id (V = {V})")
-    return make_tables(token_class, class_next, legal_count, int(grammar.done_state), int(grammar.eos_id))
+    return make_tables(token_class, None if state_row is not None else row_next, legal_count,
+                       int(grammar.done_state), int(grammar.eos_id), state_row=state_row, row_next=row_next)

@@ -3,7 +3,12 @@ Plain torch reference for the batch masker: mask, advance and sample a whole bat
 
 This is both the CPU backend and the specification the Triton kernels in `mask_triton.py` must equal
 (bit for bit for masking and advancing, same tokens for sampling). The grammar is a DFA over tokens, factored
-by token classes:  next_state = class_next[state, token_class[token]],  -1 = illegal.
+by token classes and by rows of states:
+
+    code = row_next[state_row[state], token_class[token]]
+    next_state = code if code >= 0;  illegal if code == -1;  state - 2 - code if code <= -2 (relative)
+
+(see batchmask.compiler.decode_next). A plain [S, C] table is the special case state_row = arange(S).
 
 All functions work on any device. On the CPU, masking and (non-top-p) sampling take sparse paths that touch
 only the logits that must change (the short side of each row's token set, see ShortSides); they size their
@@ -23,7 +28,8 @@ from kernels import rng
 class Tables:
     """The compiled grammar, as the kernels read it (all on one device, contiguous). Build with make_tables."""
     token_class: torch.Tensor        # int32 [V]     class of every token id
-    class_next: torch.Tensor         # int16|int32 [S, C]  next state per (state, class), -1 = illegal
+    state_row: torch.Tensor          # int32 [S]     the row of row_next each state uses
+    row_next: torch.Tensor           # int16|int32 [R, C]  next-state codes per (row, class), -1 = illegal
     legal_count: torch.Tensor        # int32 [S]     number of legal token ids per state
     class_first_token: torch.Tensor  # int64 [C]     lowest token id of each class (V for an empty class)
     sides: "ShortSides"              # the short token list of every legal class set (the CPU paths' index)
@@ -36,17 +42,41 @@ class Tables:
 
     @property
     def num_classes(self) -> int:
-        return self.class_next.shape[1]
+        return self.row_next.shape[1]
+
+    @property
+    def class_next(self) -> torch.Tensor:
+        """int64 [S, C]: the plain table of next states (-1 illegal), decoded (for references and checks)."""
+        S = self.state_row.numel()
+        return decode(self.row_next.long().index_select(0, self.state_row.long()),
+                      torch.arange(S, device=self.state_row.device)[:, None])
 
 
-def make_tables(token_class: torch.Tensor, class_next: torch.Tensor, legal_count: torch.Tensor,
-                done_state: int, eos_id: int) -> Tables:
-    V, C = token_class.numel(), class_next.shape[1]
+def decode(code: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+    """Next-state codes -> next states (int64): >= 0 absolute, -1 illegal, <= -2 relative to `state`."""
+    code = code.long()
+    return torch.where(code >= -1, code, state.long() - 2 - code)
+
+
+def next_states(state: torch.Tensor, cls: torch.Tensor, t: Tables) -> torch.Tensor:
+    """int64 [n]: the state after a token of class cls [n] from state [n] (-1 illegal)."""
+    row = t.state_row.index_select(0, state).long()
+    return decode(t.row_next.view(-1).index_select(0, row * t.num_classes + cls.long()), state)
+
+
+def make_tables(token_class: torch.Tensor, class_next: torch.Tensor | None, legal_count: torch.Tensor,
+                done_state: int, eos_id: int, state_row: torch.Tensor | None = None,
+                row_next: torch.Tensor | None = None) -> Tables:
+    """From a plain [S, C] table (class_next), or from the compiler's factored one (state_row, row_next)."""
+    if state_row is None:
+        state_row = torch.arange(class_next.shape[0], dtype=torch.int32, device=class_next.device)
+        row_next = class_next
+    V, C = token_class.numel(), row_next.shape[1]
     ids = torch.arange(V, device=token_class.device)
     first = torch.full((C,), V, dtype=torch.int64, device=token_class.device)
     first.scatter_reduce_(0, token_class.long(), ids, reduce="amin")  # [C]
-    return Tables(token_class, class_next, legal_count, first, short_sides(token_class, class_next),
-                  done_state, eos_id)
+    return Tables(token_class, state_row, row_next, legal_count, first,
+                  short_sides(token_class, row_next, state_row), done_state, eos_id)
 
 
 @dataclass
@@ -73,7 +103,7 @@ def row_ids(rows: Rows, start: int, count: int) -> torch.Tensor:
 
 def class_legal(state: torch.Tensor, t: Tables) -> torch.Tensor:
     """state: int32 [B] -> bool [B, C], which token classes each row may emit."""
-    return t.class_next.index_select(0, state) >= 0
+    return t.row_next.index_select(0, t.state_row.index_select(0, state)) != -1
 
 
 def legal_bound(state: torch.Tensor, t: Tables, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -135,18 +165,19 @@ def gather_slices(start: torch.Tensor, length: torch.Tensor, values: torch.Tenso
     return torch.repeat_interleave(label, length, output_size=total), values.index_select(0, pos)
 
 
-def short_sides(token_class: torch.Tensor, class_next: torch.Tensor) -> ShortSides:
+def short_sides(token_class: torch.Tensor, row_next: torch.Tensor, state_row: torch.Tensor) -> ShortSides:
     """Group the states by legal class set and list each group's short side (once per grammar).
 
     Size: at most V / 2 ids per group; the default registry with the Llama 2 vocabulary has S = 4179 states in
     G = 112 groups and T = 143K ids (1.2 MB in all); per-state lists would hold 476K ids.
     """
-    V, C = token_class.numel(), class_next.shape[1]
+    V, C = token_class.numel(), row_next.shape[1]
     # the tokens of one class as one contiguous slice: a group's list is then a few slices, not a V scan
     tokens_by_class = token_class.long().argsort(stable=True)  # [V]
     class_len = torch.bincount(token_class.long(), minlength=C)  # [C]
     class_start = class_len.cumsum(0) - class_len  # [C]
-    sets, state_group = torch.unique(class_next >= 0, dim=0, return_inverse=True)  # [G, C], [S]
+    sets, row_group = torch.unique(row_next != -1, dim=0, return_inverse=True)  # [G, C], [R]
+    state_group = row_group.index_select(0, state_row.long())  # [S]
     legal_tokens = (sets.long() * class_len).sum(1)  # [G]
     few_legal = legal_tokens * 2 < V  # [G]
     listed = sets == few_legal[:, None]  # [G, C] legal classes of few_legal groups, illegal ones of the others
@@ -217,7 +248,7 @@ def advance_(tokens: torch.Tensor, rows: Rows, t: Tables) -> None:
     tokens = tokens.long()  # [B]
     state = rows.state  # [B] int32
     clamped = tokens.clamp(0, V - 1)  # padded / negative ids read a real column, then fail the in_vocab test
-    nxt = t.class_next.view(-1).index_select(0, state * C + t.token_class.index_select(0, clamped))  # [B]
+    nxt = next_states(state, t.token_class.index_select(0, clamped), t)  # [B]
     ok = (nxt >= 0) & (clamped == tokens)
     # a finished row keeps emitting EOS in place: that is not a new token of its text
     moved = ok & (state != t.done_state)
@@ -362,8 +393,7 @@ def choose_tokens_sparse(logits: torch.Tensor, state: torch.Tensor, step: torch.
                 first = first_max(logits[:, :V])[1].index_select(0, dense_rows)  # [m]
             else:
                 first = first_max(logits[dense_rows, :V])[1]  # [m]
-            nxt = t.class_next.view(-1).index_select(0, state.index_select(0, dense_rows) * t.num_classes
-                                                     + t.token_class.index_select(0, first))  # [m]
+            nxt = next_states(state.index_select(0, dense_rows), t.token_class.index_select(0, first), t)  # [m]
             tok.index_copy_(0, dense_rows, first)
             redo = dense_rows[nxt < 0]  # the maximum is illegal: mask a copy of these rows
             if redo.numel():

@@ -2,8 +2,8 @@
 Triton kernels for the batch masker: one launch masks, samples and advances the whole batch, no host sync.
 
 Each kernel has a plain torch twin in `mask_torch.py` that it must equal (tests/test_kernels.py):
-  mask      one program per (row, block of V'):  logits = -inf where class_next[state, token_class[v]] < 0
-  advance   one program per block of rows:       state = class_next[state, token_class[token]], fault on -1
+  mask      one program per (row, block of V'):  logits = -inf where row_next[state_row[state], token_class[v]] == -1
+  advance   one program per block of rows:       state = decode(that code for the token), fault on -1
   sample    one program per row: scan V in blocks keeping the best (score, id) per lane over legal tokens only,
             score = logit (greedy) or logit / T + Gumbel(seed, row, step, id); then write the token and advance
             the row in the same launch.
@@ -61,13 +61,21 @@ def _uniform_kernel(out_ptr, step_ptr, seed_key, V, BLOCK_V: tl.constexpr):
 # advance: shared by the advance kernel (a block of rows) and the sample kernel (one row)
 
 @triton.jit
-def _advance_rows(row, tok, live, state_ptr, step_ptr, hist_ptr, fault_ptr, token_class_ptr, class_next_ptr,
-                  V, C, H, done_state):
+def _code(state_row_ptr, row_next_ptr, s, cls, C, mask):
+    # the next-state code of (state s, class cls): row_next[state_row[s], cls]; -1 where masked
+    r = tl.load(state_row_ptr + s, mask=mask, other=0)
+    return tl.load(row_next_ptr + r.to(tl.int64) * C + cls, mask=mask, other=-1).to(tl.int32)
+
+
+@triton.jit
+def _advance_rows(row, tok, live, state_ptr, step_ptr, hist_ptr, fault_ptr, token_class_ptr, state_row_ptr,
+                  row_next_ptr, V, C, H, done_state):
     # row: int32, tok: int64, live: bool -- all the same shape (a scalar or a block of rows)
     s = tl.load(state_ptr + row, mask=live, other=0)
     in_vocab = (tok >= 0) & (tok < V)  # a padded or negative id is illegal, never an out-of-bounds read
     cls = tl.load(token_class_ptr + tl.where(in_vocab, tok, 0), mask=live & in_vocab, other=0)
-    nxt = tl.load(class_next_ptr + s.to(tl.int64) * C + cls, mask=live & in_vocab, other=-1).to(tl.int32)
+    code = _code(state_row_ptr, row_next_ptr, s, cls, C, live & in_vocab)
+    nxt = tl.where(code >= -1, code, s - 2 - code)  # codes <= -2 are relative to the state
     ok = nxt >= 0  # out-of-vocabulary ids read -1 above
     moved = ok & (s != done_state)  # a finished row repeating EOS adds nothing to its text
     step = tl.load(step_ptr + row, mask=live, other=0)
@@ -83,31 +91,32 @@ def _advance_rows(row, tok, live, state_ptr, step_ptr, hist_ptr, fault_ptr, toke
 
 
 @triton.jit
-def _advance_kernel(tokens_ptr, B, state_ptr, step_ptr, hist_ptr, fault_ptr, token_class_ptr, class_next_ptr,
-                    V, C, H, done_state, BLOCK_B: tl.constexpr):
+def _advance_kernel(tokens_ptr, B, state_ptr, step_ptr, hist_ptr, fault_ptr, token_class_ptr, state_row_ptr,
+                    row_next_ptr, V, C, H, done_state, BLOCK_B: tl.constexpr):
     row = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     live = row < B
     tok = tl.load(tokens_ptr + row, mask=live, other=0).to(tl.int64)
-    _advance_rows(row, tok, live, state_ptr, step_ptr, hist_ptr, fault_ptr, token_class_ptr, class_next_ptr,
-                  V, C, H, done_state)
+    _advance_rows(row, tok, live, state_ptr, step_ptr, hist_ptr, fault_ptr, token_class_ptr, state_row_ptr,
+                  row_next_ptr, V, C, H, done_state)
 
 
 # ----------------------------------------------------------------------------------------------------------
 # mask
 
 @triton.jit
-def _mask_kernel(logits_ptr, stride_row, counts_ptr, state_ptr, token_class_ptr, class_next_ptr, legal_count_ptr,
-                 V, V_padded, C, BLOCK_V: tl.constexpr):
+def _mask_kernel(logits_ptr, stride_row, counts_ptr, state_ptr, token_class_ptr, state_row_ptr, row_next_ptr,
+                 legal_count_ptr, V, V_padded, C, BLOCK_V: tl.constexpr):
     row = tl.program_id(0)
     blk = tl.program_id(1)
     s = tl.load(state_ptr + row)
     v = blk * BLOCK_V + tl.arange(0, BLOCK_V)  # [BLOCK_V]
     in_vocab = v < V
     cls = tl.load(token_class_ptr + v, mask=in_vocab, other=0)
-    nxt = tl.load(class_next_ptr + s.to(tl.int64) * C + cls, mask=in_vocab, other=-1)
+    r = tl.load(state_row_ptr + s)
+    code = tl.load(row_next_ptr + r.to(tl.int64) * C + cls, mask=in_vocab, other=-1)
     # write-only: legal logits are never read or rewritten, so they keep their exact value
     neg_inf = tl.full([BLOCK_V], float("-inf"), logits_ptr.dtype.element_ty)
-    tl.store(logits_ptr + row.to(tl.int64) * stride_row + v, neg_inf, mask=(v < V_padded) & (nxt < 0))
+    tl.store(logits_ptr + row.to(tl.int64) * stride_row + v, neg_inf, mask=(v < V_padded) & (code == -1))
     if blk == 0:
         tl.store(counts_ptr + row, tl.load(legal_count_ptr + s))
 
@@ -118,11 +127,12 @@ def _mask_kernel(logits_ptr, stride_row, counts_ptr, state_ptr, token_class_ptr,
 @triton.jit(do_not_specialize=["seed_key"])
 def _sample_kernel(logits_ptr, stride_row, tokens_ptr, counts_ptr,
                    state_ptr, step_ptr, hist_ptr, fault_ptr, key_ptr,
-                   token_class_ptr, class_next_ptr, legal_count_ptr,
+                   token_class_ptr, state_row_ptr, row_next_ptr, legal_count_ptr,
                    V, C, H, done_state, eos_id, inv_temp, seed_key,
                    GREEDY: tl.constexpr, BLOCK_V: tl.constexpr):
     row = tl.program_id(0)
     s = tl.load(state_ptr + row)
+    r = tl.load(state_row_ptr + s)
     key = _row_key(seed_key, tl.load(key_ptr + row), tl.load(step_ptr + row))
     lane = tl.arange(0, BLOCK_V)
     # per-lane running best over the positions lane, lane + BLOCK_V, ...: strict '>' keeps the earliest id
@@ -132,8 +142,8 @@ def _sample_kernel(logits_ptr, stride_row, tokens_ptr, counts_ptr,
     for start in range(0, V, BLOCK_V):
         v = start + lane
         cls = tl.load(token_class_ptr + v, mask=v < V, other=0)
-        nxt = tl.load(class_next_ptr + s.to(tl.int64) * C + cls, mask=v < V, other=-1)
-        legal = nxt >= 0
+        code = tl.load(row_next_ptr + r.to(tl.int64) * C + cls, mask=v < V, other=-1)
+        legal = code != -1
         x = tl.load(logits_ptr + row.to(tl.int64) * stride_row + v, mask=legal, other=float("-inf")).to(tl.float32)
         if not GREEDY:
             x = x * inv_temp - tl.log(-tl.log(_uniform(key, v)))  # Gumbel-max: argmax samples softmax(x / T)
@@ -150,8 +160,8 @@ def _sample_kernel(logits_ptr, stride_row, tokens_ptr, counts_ptr,
     tok = tl.where(top > float("-inf"), tok, fallback).to(tl.int64)
     tl.store(tokens_ptr + row, tok)
     tl.store(counts_ptr + row, tl.load(legal_count_ptr + s))
-    _advance_rows(row, tok, row >= 0, state_ptr, step_ptr, hist_ptr, fault_ptr, token_class_ptr, class_next_ptr,
-                  V, C, H, done_state)
+    _advance_rows(row, tok, row >= 0, state_ptr, step_ptr, hist_ptr, fault_ptr, token_class_ptr, state_row_ptr,
+                  row_next_ptr, V, C, H, done_state)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -164,8 +174,8 @@ def mask_logits_(logits: torch.Tensor, state: torch.Tensor, t: Tables, counts: t
     counts = torch.empty(B, dtype=torch.int32, device=logits.device) if counts is None else counts
     block_v = min(block_v, triton.next_power_of_2(V_padded))
     grid = (B, triton.cdiv(V_padded, block_v))
-    _mask_kernel[grid](logits, logits.stride(0), counts, state, t.token_class, t.class_next, t.legal_count,
-                       t.vocab_size, V_padded, t.num_classes, BLOCK_V=block_v)
+    _mask_kernel[grid](logits, logits.stride(0), counts, state, t.token_class, t.state_row, t.row_next,
+                       t.legal_count, t.vocab_size, V_padded, t.num_classes, BLOCK_V=block_v)
     return counts
 
 
@@ -173,7 +183,7 @@ def advance_(tokens: torch.Tensor, rows: Rows, t: Tables, block_b: int = 128) ->
     """Move every row by its token (int [B]); an illegal token leaves the row unchanged and records a fault."""
     B = tokens.numel()
     _advance_kernel[(triton.cdiv(B, block_b),)](
-        tokens, B, rows.state, rows.step, rows.history, rows.fault, t.token_class, t.class_next,
+        tokens, B, rows.state, rows.step, rows.history, rows.fault, t.token_class, t.state_row, t.row_next,
         t.vocab_size, t.num_classes, rows.history.shape[1], t.done_state, BLOCK_B=block_b)
 
 
@@ -191,7 +201,7 @@ def sample_(logits: torch.Tensor, rows: Rows, t: Tables, temperature: float = 0.
     keys = rows.key if rows.key is not None else torch.arange(B, device=dev)  # [B] what draws are keyed by
     _sample_kernel[(B,)](
         logits, logits.stride(0), tokens, counts, rows.state, rows.step, rows.history, rows.fault, keys,
-        t.token_class, t.class_next, t.legal_count, t.vocab_size, t.num_classes, rows.history.shape[1],
+        t.token_class, t.state_row, t.row_next, t.legal_count, t.vocab_size, t.num_classes, rows.history.shape[1],
         t.done_state, t.eos_id, 1.0 if greedy else 1.0 / temperature, rng.seed_key(seed),
         GREEDY=greedy, BLOCK_V=block_v, num_warps=num_warps)
     return tokens, counts

@@ -375,3 +375,11 @@ def test_real_grammar_sparse_paths_match_dense(llama_grammar):
         assert torch.equal(tokens, dense), T
         m.rows.state.copy_(st)
         m.rows.step.zero_()
+
+
+def test_real_grammar_keeps_its_factored_table_on_the_device(llama_grammar):
+    """The masker reads the compiler's shared rows, not an [S, C] expansion, and decodes them exactly."""
+    m = BatchMasker(llama_grammar, 4, device=DEVICE)
+    assert m.tables.row_next.shape == llama_grammar.row_next.shape          # R rows, not S
+    assert m.tables.row_next.shape[0] < llama_grammar.num_states // 4
+    assert torch.equal(m.tables.class_next, llama_grammar.class_next.long())
