@@ -317,3 +317,23 @@ def test_check_vocab(tmp_path):
         check_vocab(c, 32000, "m.bin", "tok.bin")
     msg = str(info.value)
     assert "m.bin" in msg and "tok.bin" in msg and "'vocab_size'" in msg and "32000" in msg and "50" in msg
+
+
+def test_export_tool_converts_between_versions(tmp_path, capsys):
+    from models.export import main as export_main
+    config = ModelConfig(dim=32, hidden_dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=50, seq_len=16)
+    weights = random_weights(config, seed=3)
+    src = tmp_path / "v0.bin"
+    write_checkpoint(src, config, weights, version=0)
+    tol = 0.0
+    for version in (1, 2, 0):                  # v0 -> v1 -> v2 -> v0: exact until the int8 step
+        dst = tmp_path / f"out{version}.bin"
+        assert export_main([str(src), str(dst), "--version", str(version), "--group-size", "16"]) == 0
+        got_config, got = read_checkpoint(dst)
+        assert got_config == config
+        tol = 0.02 if version == 2 else tol
+        for name, w in weights.items():
+            assert torch.allclose(got[name].float(), w, atol=tol * float(w.abs().max()) + 1e-7), name
+        src = dst
+    assert export_main([str(tmp_path / "missing.bin"), str(tmp_path / "x.bin")]) == 2
+    assert "missing.bin" in capsys.readouterr().err
