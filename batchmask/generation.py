@@ -119,6 +119,7 @@ class BatchGenerator:
         self.limit = torch.zeros(B, dtype=torch.long, device=dev)              # [B] per-row token ceiling
         self.seeds = torch.zeros(B, dtype=torch.long, device=dev)              # [B] per-task seed
         self.ended = torch.zeros(B, dtype=torch.bool, device=dev)              # [B] EOS seen
+        self.active = torch.zeros(B, dtype=torch.bool, device=dev)             # [B] slot holds a task
         self.logits = torch.zeros(B, model.config.vocab_size, dtype=torch.float32, device=dev)  # [B, V]
         self.rows = torch.arange(B, device=dev)
 
@@ -218,6 +219,7 @@ class BatchGenerator:
             self.limit[rows] = room
             self.n_gen[rows] = 0
             self.ended[rows] = False
+            self.active[rows] = True
             self.seeds[rows] = torch.tensor([c.seed * 1_000_003 + indices[next_task + j] for j in range(len(take))],
                                             device=self.device)
             if self.masker is not None:
@@ -230,19 +232,19 @@ class BatchGenerator:
 
         refill(list(range(B)))
         while any(t >= 0 for t in slot_task):
-            active_host = torch.tensor([t >= 0 for t in slot_task])
-            active = active_host.to(self.device)
             tokens = self._sample()
-            finished = self._record(tokens, active)
+            finished = self._record(tokens, self.active)
             stats.steps += 1
-            stats.tokens += int(active_host.sum())
+            stats.tokens += sum(t >= 0 for t in slot_task)
             done_slots = torch.nonzero(finished).flatten().tolist()     # the one host sync per step
             for slot in done_slots:
                 pos = slot_task[slot]
                 emit(self._result(slot, indices[pos], tasks[pos], slot_start[slot]), pos)
                 slot_task[slot] = -1
             if done_slots:
-                self.model.reset(torch.tensor(done_slots, device=self.device))
+                gone = torch.tensor(done_slots, device=self.device)
+                self.active[gone] = False
+                self.model.reset(gone)
                 if on_progress:
                     on_progress(stats.tasks, stats.tokens)
             if any(t >= 0 for t in slot_task):
