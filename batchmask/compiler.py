@@ -23,7 +23,6 @@ filled for one representative per class, and equal columns are merged once more 
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path

@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable
 
-import numpy as np
 import torch
 
 from models import sampling

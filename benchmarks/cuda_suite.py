@@ -60,11 +60,10 @@ import triton  # noqa: E402
 import triton.testing  # noqa: E402
 
 from batchmask.compiler import compile_grammar  # noqa: E402
-from batchmask.masker import BatchMasker  # noqa: E402
 from batchmask.registry import ToolRegistry  # noqa: E402
 from benchmarks.generate import (GraphedDecode, MemoEncode, find_tokenizer, make_tasks, random_model,  # noqa: E402
                                  run_generation, step_overhead, synthetic_tokenizer)
-from benchmarks.mask import realistic_states, widen  # noqa: E402
+from benchmarks.mask import masker_steps, widen  # noqa: E402
 from benchmarks.model import STORIES15M  # noqa: E402
 from kernels import mask_torch, mask_triton  # noqa: E402
 from kernels.mask_torch import Rows, make_tables  # noqa: E402
@@ -281,31 +280,8 @@ def section_kernels(plan: Plan, state: dict) -> dict:
     for V in plan.kernel_vocabs:
         g = widen(base, V) if V >= base.vocab_size else base
         for B in plan.kernel_batches:
-            gen = torch.Generator().manual_seed(B)
-            m = BatchMasker(g, B, device=plan.device, backend="triton", max_tokens=16)
-            init = realistic_states(g, B, 0.8, gen).to(plan.device)  # [B]
-            logits = torch.randn(B, g.vocab_size, device=plan.device)  # [B, V] float32, made on the device
-            work = logits.clone()
-            m.rows.state.copy_(init)
-            tokens = m.sample(logits, 0.0)  # [B] legal from the initial states
-
-            def restart():  # a [B] copy so that every timed step starts from the same states
-                m.rows.state.copy_(init)
-                m.rows.step.zero_()
-
-            def mask_advance():
-                restart()
-                m.apply_(work)
-                m.advance(tokens, check=False)
-
-            def sample(temperature):
-                def run():
-                    restart()
-                    m.sample(logits, temperature, seed=1)
-                return run
-
-            for kind, fn in [("mask+advance", mask_advance), ("sample greedy", sample(0.0)),
-                             ("sample T=1", sample(1.0))]:
+            m, steps = masker_steps(g, B, plan.device, "triton", 0.8, torch.Generator().manual_seed(B))
+            for kind, fn in steps.items():
                 t = bench_ms(fn, plan)
                 moved = step_bytes(B, g.vocab_size, 4, kind)
                 gbs = moved / (t["median_ms"] * 1e-3) / 1e9
@@ -315,7 +291,7 @@ def section_kernels(plan: Plan, state: dict) -> dict:
                 log(f"  {B:>5} {g.vocab_size:>7} {kind:<14} {1e3 * t['median_ms']:>10.1f} {gbs:>7.1f} "
                     f"{'' if pct is None else f'{pct:6.0f}%':>7}")
             m.check()
-            del m, logits, work
+            del m, steps
     return {"results": out, "logits_dtype": "float32", "states": "80% value states, 20% few-legal (mask.py)"}
 
 

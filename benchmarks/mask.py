@@ -124,11 +124,12 @@ def realistic_states(g, B: int, value_frac: float, gen: torch.Generator) -> torc
     return torch.cat(picks)[torch.randperm(B, generator=gen)].int()
 
 
-def bench_batchmask(g, B, V, device, backend, args) -> dict:
-    gen = torch.Generator().manual_seed(0)
+def masker_steps(g, B: int, device, backend: str, value_frac: float, gen: torch.Generator):
+    """A BatchMasker with rows at realistic states, and the steps to time on it (each restarts from the
+    same states): {"mask+advance", "sample greedy", "sample T=1"} -> zero-argument callables."""
     m = BatchMasker(g, B, device=device, backend=backend, max_tokens=16)
-    init = realistic_states(g, B, args.value_frac, gen).to(device)  # [B]
-    logits = torch.randn(B, V, generator=gen).to(device)  # [B, V]
+    init = realistic_states(g, B, value_frac, gen).to(device)  # [B]
+    logits = torch.randn(B, g.vocab_size, generator=gen).to(device)  # [B, V]
     work = logits.clone()
     m.rows.state.copy_(init)
     tokens = m.sample(logits, temperature=0.0)  # legal tokens for the initial states
@@ -148,8 +149,13 @@ def bench_batchmask(g, B, V, device, backend, args) -> dict:
             m.sample(logits, temperature=temperature, seed=1)
         return run
 
+    return m, {"mask+advance": mask_advance, "sample greedy": fused(0.0), "sample T=1": fused(1.0)}
+
+
+def bench_batchmask(g, B, V, device, backend, args) -> dict:
+    m, steps = masker_steps(g, B, device, backend, args.value_frac, torch.Generator().manual_seed(0))
     out = {}
-    for name, fn in [("mask+advance", mask_advance), ("sample greedy", fused(0.0)), ("sample T=1", fused(1.0))]:
+    for name, fn in steps.items():
         if name == "sample T=1" and device.type == "cpu" and B * V > args.cpu_sample_limit:
             continue  # the torch reference hashes [B, V] int64 counters: seconds per step at this size
         out[name] = time_step(fn, device, args.budget, args.max_iters)

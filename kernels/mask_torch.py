@@ -244,7 +244,7 @@ def advance_(tokens: torch.Tensor, rows: Rows, t: Tables) -> None:
 
     Written with few ops: at B <= 1024 each op costs its fixed overhead (~5 us), not its arithmetic.
     """
-    V, C, H = t.vocab_size, t.num_classes, rows.history.shape[1]
+    V, H = t.vocab_size, rows.history.shape[1]
     tokens = tokens.long()  # [B]
     state = rows.state  # [B] int32
     clamped = tokens.clamp(0, V - 1)  # padded / negative ids read a real column, then fail the in_vocab test

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from batchmask.cli import main
 from batchmask.compiler import compile_grammar

@@ -1,6 +1,5 @@
 """Sampling: greedy ties, run.c top-p, top-k, per-row seeding, and the drawn distribution."""
 
-import numpy as np
 import pytest
 import torch
 
