@@ -19,6 +19,7 @@ no host sync. Both give the same results bit for bit. Names used in the shape co
 """
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from kernels import rng
@@ -198,10 +199,56 @@ def row_entries(rows: torch.Tensor, group: torch.Tensor, sides: ShortSides):
     return row, token, length
 
 
+# numpy's per-call overhead is a few microseconds against torch's ~10-20: at B=64 the sparse mask is ~20
+# small ops, so on the CPU the same algorithm runs on numpy views of the same memory where numpy can
+# (float32 / float16 logits with unit stride along V; bfloat16 has no numpy dtype and takes the torch ops).
+_NUMPY_DTYPES = (torch.float32, torch.float16)
+
+
+def _sides_np(sides: ShortSides) -> tuple:
+    cached = getattr(sides, "_np", None)
+    if cached is None:
+        cached = tuple(x.numpy() for x in (sides.state_group, sides.few_legal, sides.start, sides.length,
+                                            sides.tokens))
+        sides._np = cached
+    return cached
+
+
+def _mask_logits_numpy_(logits: torch.Tensor, state: torch.Tensor, t: Tables) -> None:
+    """mask_logits_sparse_ on numpy views (same writes, same result bit for bit)."""
+    group_of, few_legal, start, length, tokens = _sides_np(t.sides)
+    V, width = t.vocab_size, logits.shape[1]
+    x = logits.numpy()                                             # [B, V'] a view, no copy
+    stride = logits.stride(0)
+    flat = x.reshape(-1) if logits.is_contiguous() else np.lib.stride_tricks.as_strided(
+        x, shape=(logits.shape[0] * stride,), strides=(x.itemsize,))  # rows at r * stride
+    group = group_of[state.numpy()]                                # [B]
+    few = few_legal[group]                                         # [B]
+    rows = np.concatenate([np.flatnonzero(few), np.flatnonzero(~few)])   # keep rows first, then kill rows
+    n_keep_rows = int(few.sum())
+    g = group[rows]
+    n = length[g]                                                  # [B] entries per row
+    total = int(n.sum())
+    first = np.cumsum(n) - n                                       # [B]
+    idx = np.repeat(start[g] - first, n) + np.arange(total)        # [N] into tokens
+    at = np.repeat(rows * stride, n) + tokens[idx]                 # [N] flat positions
+    n_keep = int(n[:n_keep_rows].sum())
+    keep_rows = rows[:n_keep_rows]
+    saved = flat[at[:n_keep]]                                      # the few legal values
+    x[keep_rows] = -np.inf                                         # whole rows, padded ids included
+    flat[at[:n_keep]] = saved
+    flat[at[n_keep:]] = -np.inf                                    # the few illegal ids of the other rows
+    if width > V:
+        x[rows[n_keep_rows:], V:] = -np.inf                        # ids the model has but the tokenizer lacks
+
+
 def mask_logits_sparse_(logits: torch.Tensor, state: torch.Tensor, t: Tables) -> torch.Tensor:
     """mask_logits_ touching only what must change (the CPU path; a few host syncs size the index lists):
     rows with few legal tokens save them, fill with -inf and put them back; the others get -inf written over
     their few illegal tokens. Legal values are copied, never computed on, so they come back bit for bit."""
+    if logits.device.type == "cpu" and logits.dtype in _NUMPY_DTYPES and logits.stride(1) == 1:
+        _mask_logits_numpy_(logits, state, t)
+        return t.legal_count.index_select(0, state)  # [B]
     V, width = t.vocab_size, logits.shape[1]
     group = t.sides.state_group.index_select(0, state)  # [B]
     few = t.sides.few_legal.index_select(0, group)  # [B]
@@ -239,11 +286,44 @@ def mask_logits_(logits: torch.Tensor, state: torch.Tensor, t: Tables,
 # ----------------------------------------------------------------------------------------------------------
 # advancing
 
+def _tables_np(t: Tables) -> tuple:
+    cached = getattr(t, "_np", None)
+    if cached is None:
+        cached = (t.token_class.numpy(), t.state_row.numpy(), t.row_next.numpy())
+        t._np = cached
+    return cached
+
+
+def _advance_numpy_(tokens: torch.Tensor, rows: Rows, t: Tables) -> None:
+    """advance_ on numpy views of the rows' CPU buffers (same updates; numpy's per-op cost is far lower)."""
+    token_class, state_row, row_next = _tables_np(t)
+    V, H = t.vocab_size, rows.history.shape[1]
+    tok = tokens.numpy().astype(np.int64, copy=False)                    # [B]
+    state, step = rows.state.numpy(), rows.step.numpy()                  # [B] int32 views
+    clamped = np.clip(tok, 0, V - 1)
+    code = row_next[state_row[state], token_class[clamped]].astype(np.int64)
+    nxt = np.where(code >= -1, code, state - 2 - code)                   # decode (see decode())
+    ok = (nxt >= 0) & (clamped == tok)
+    moved = ok & (state != t.done_state)
+    write = np.flatnonzero(moved & (step < H))
+    rows.history.numpy()[write, step[write]] = tok[write]
+    fault = rows.fault.numpy()                                           # [B, 3]
+    bad = np.flatnonzero(~ok & (fault[:, 0] == 0))
+    if bad.size:
+        fault[bad, 0], fault[bad, 1], fault[bad, 2] = 1, tok[bad], state[bad]
+    step += moved
+    state[:] = np.where(ok, nxt, state)
+
+
 def advance_(tokens: torch.Tensor, rows: Rows, t: Tables) -> None:
     """Move every row by its token (int [B]); an illegal token leaves the row as it was and records a fault.
 
     Written with few ops: at B <= 1024 each op costs its fixed overhead (~5 us), not its arithmetic.
     """
+    if tokens.device.type == "cpu" and all(x.is_contiguous() for x in (rows.state, rows.step, rows.history,
+                                                                        rows.fault)):
+        _advance_numpy_(tokens, rows, t)
+        return
     V, H = t.vocab_size, rows.history.shape[1]
     tokens = tokens.long()  # [B]
     state = rows.state  # [B] int32
