@@ -1,12 +1,20 @@
 """Shared test settings.
 
+Triton's interpreter on machines without a GPU (see below).
+
 One torch thread: the tests run many small ops, and on a 2-core machine (CI's size) a second
 thread mostly adds synchronisation, or worse when another process holds the other core.
 """
+import os
 import sys
 from pathlib import Path
 
-import torch
+# Without a GPU the Triton kernels run in Triton's interpreter. The switch is read when triton is first
+# imported, and any test module may be the first to import it: so it is set here, before all of them.
+if not os.path.exists("/dev/nvidiactl"):
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import torch  # noqa: E402
 
 torch.set_num_threads(1)
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # the oracle and fixtures beside the tests

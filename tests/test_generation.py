@@ -251,7 +251,10 @@ def test_sigint_keeps_finished_lines_and_resume_completes(files, tmp_path):
     cmd = [sys.executable, "-m", "batchmask", "generate", "--tasks", str(tasks), "--checkpoint",
            str(files / "model.bin"), "--tokenizer", str(files / "tokenizer.bin"), "--batch-size", "2",
            "--max-new-tokens", "24", "--out", str(out), "--quiet"]
-    proc = subprocess.Popen(cmd, env=_env(), stderr=subprocess.PIPE, text=True)
+    # a runner may start us with SIGINT ignored (background jobs of a non-interactive shell are), which the
+    # child would inherit, and Python then installs no Ctrl-C handler: give the child the default back
+    proc = subprocess.Popen(cmd, env=_env(), stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
     while time.time() < deadline and (not out.exists() or out.read_text().count("\n") < 3):
         time.sleep(0.2)
