@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -582,14 +583,24 @@ class CompiledGrammar:
     _TABLES = ("token_class", "state_row", "row_next", "legal_count", "final")
 
     def save(self, path) -> None:
-        payload = {"meta": self.meta, "start": self.start, "eos_id": self.eos_id, "done_state": self.done_state}
+        meta = dict(self.meta, bytes_hash=_hash_vocab(self.token_bytes, self.eos_id))
+        payload = {"meta": meta, "start": self.start, "eos_id": self.eos_id, "done_state": self.done_state}
         payload.update({k: getattr(self, k).cpu() for k in self._TABLES})
+        # the vocabulary's bytes too (as tensors: the file loads with weights_only), so that a cache file
+        # is usable on its own; with a tokenizer given, load checks it against the recorded hash instead
+        lengths = np.fromiter((len(b) for b in self.token_bytes), dtype=np.int64, count=len(self.token_bytes))
+        payload["token_lengths"] = torch.from_numpy(lengths)
+        payload["token_data"] = torch.frombuffer(bytearray(b"".join(self.token_bytes) or b"\0"), dtype=torch.uint8)
         torch.save(payload, Path(path))
 
     @classmethod
     def load(cls, path, device="cpu", registry: ToolRegistry | None = None, tokenizer=None,
              max_string: int | None = None, utf8: bool | None = None) -> "CompiledGrammar":
-        """Load a cache file, refusing one built for another registry, vocabulary or options."""
+        """Load a cache file, refusing one built for another registry, vocabulary or options.
+
+        With `tokenizer` (and `registry`, options) given, the file must have been built for them. Without,
+        the registry and vocabulary recorded in the file are used (the vocabulary checked against its hash).
+        """
         path = Path(path)
         try:
             payload = torch.load(path, map_location="cpu", weights_only=True)
@@ -602,7 +613,7 @@ class CompiledGrammar:
             raise GrammarCacheError(f"{path}: not a batchmask grammar cache (expected format {CACHE_FORMAT!r})")
         meta = payload["meta"]
         if tokenizer is None:
-            raise GrammarCacheError(f"{path}: loading needs the tokenizer it was built for")
+            tokenizer = _stored_vocab(payload, meta, path)
         reg = registry if registry is not None else _registry_from_key(meta["registry"])
         expect = _meta(reg, tokenizer, meta["max_string"] if max_string is None else max_string,
                        meta["utf8"] if utf8 is None else utf8)
@@ -634,6 +645,23 @@ class CompiledGrammar:
     def __repr__(self) -> str:
         return (f"CompiledGrammar(states={self.num_states}, rows={self.num_rows}, classes={self.num_classes}, "
                 f"vocab={self.vocab_size}, bytes={self.nbytes}, device={self.device})")
+
+
+def _stored_vocab(payload: dict, meta: dict, path):
+    """The vocabulary saved in a cache file, checked against the hash recorded beside it."""
+    try:
+        lengths = payload["token_lengths"].numpy()
+        data = payload["token_data"].numpy().tobytes()
+        ends = np.cumsum(lengths)
+        starts = ends - lengths
+        token_bytes = [data[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
+    except (KeyError, AttributeError, ValueError, TypeError):
+        raise GrammarCacheError(f"{path}: corrupt grammar cache (no readable vocabulary)") from None
+    vocab = SimpleNamespace(token_bytes=token_bytes, eos_id=payload.get("eos_id"))
+    if _hash_vocab(token_bytes, vocab.eos_id) != meta.get("bytes_hash"):
+        raise GrammarCacheError(f"{path}: corrupt grammar cache (its vocabulary does not match its hash)")
+    vocab.vocab_hash = lambda: meta.get("vocab_hash")     # the tokenizer's own hash, recorded at compile time
+    return vocab
 
 
 def _registry_from_key(key) -> ToolRegistry:

@@ -190,6 +190,10 @@ def test_cache_round_trip_and_refusals(tmp_path, llama_vocab, llama_grammar):
     s = torch.arange(0, g2.num_states, 97)
     assert torch.equal(g2.allowed(s), llama_grammar.allowed(s))
     assert [g2.finish_bytes(int(x)) for x in s] == [llama_grammar.finish_bytes(int(x)) for x in s]
+    # on its own: the registry and the vocabulary recorded in the file
+    g3 = CompiledGrammar.load(path, "cpu")
+    assert torch.equal(g3.row_next, llama_grammar.row_next) and g3.token_bytes == llama_grammar.token_bytes
+    assert g3.finish_bytes(int(s[3])) == llama_grammar.finish_bytes(int(s[3]))
     # another registry
     other = ToolRegistry([Tool("calc", "", (ToolArg("expr"),))])
     with pytest.raises(GrammarCacheError, match="registry"):
