@@ -24,7 +24,6 @@ filled for one representative per class, and equal columns are merged once more 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -258,13 +257,6 @@ def _first_of_each(inverse: torch.Tensor) -> torch.Tensor:
     return rep.scatter_reduce_(0, inverse, torch.arange(len(inverse), device=inverse.device), reduce="amin")
 
 
-@dataclass
-class CompileStats:
-    seconds: float = 0.0
-    lit_states: int = 0
-    value_blocks: int = 0
-
-
 def compile_grammar(registry: ToolRegistry, tokenizer, max_string: int = 256, utf8: bool = True,
                     device="cpu") -> "CompiledGrammar":
     """Compile `registry` against `tokenizer`'s vocabulary into a CompiledGrammar on `device`.
@@ -366,7 +358,6 @@ def _compile(registry, tokenizer, max_string, utf8, dev) -> "CompiledGrammar":
             0, torch.tensor([dfa.final, done], device=dev), True),
         start=0, eos_id=eos_id, done_state=done,
         token_bytes=list(tokenizer.token_bytes),
-        finish_table=_finish_table(dfa),
         meta=_meta(registry, tokenizer, max_string, utf8),
         dfa=dfa,
     )
@@ -431,11 +422,6 @@ def _prune_dead_ends(table: torch.Tensor, class_size: torch.Tensor, final_states
         keep = keep | dead          # already cut off: don't count them again
 
 
-def _finish_table(dfa: ByteDFA) -> dict:
-    """Owed bytes for the literal states; value states are computed on demand."""
-    return {s: dfa.finish_bytes(s) for s in range(dfa.num_lit)}
-
-
 def _meta(registry, tokenizer, max_string, utf8) -> dict:
     vocab_hash = tokenizer.vocab_hash() if hasattr(tokenizer, "vocab_hash") else _hash_vocab(
         tokenizer.token_bytes, tokenizer.eos_id)
@@ -472,7 +458,7 @@ class CompiledGrammar:
     """
 
     def __init__(self, token_class, state_row, row_next, legal_count, final, start, eos_id, done_state,
-                 token_bytes, finish_table, meta, dfa=None):
+                 token_bytes, meta, dfa):
         self.token_class = token_class          # int32 [V]
         self.state_row = state_row              # int32 [S]
         self.row_next = row_next                # int16/int32 [R, C]
@@ -482,7 +468,6 @@ class CompiledGrammar:
         self.eos_id = int(eos_id)
         self.done_state = int(done_state)
         self.token_bytes = token_bytes
-        self._finish = finish_table             # {literal state: owed bytes}
         self.meta = meta
         self.dfa = dfa
         self.compile_seconds = 0.0
@@ -527,7 +512,7 @@ class CompiledGrammar:
     def to(self, device) -> "CompiledGrammar":
         g = CompiledGrammar(self.token_class.to(device), self.state_row.to(device), self.row_next.to(device),
                             self.legal_count.to(device), self.final.to(device), self.start, self.eos_id,
-                            self.done_state, self.token_bytes, self._finish, self.meta, self.dfa)
+                            self.done_state, self.token_bytes, self.meta, self.dfa)
         g.compile_seconds = self.compile_seconds
         return g
 
@@ -564,10 +549,6 @@ class CompiledGrammar:
         state = int(state)
         if state == self.done_state or bool(self.final[state]):
             return b""
-        if state in self._finish:
-            return self._finish[state]
-        if self.dfa is None:
-            raise RuntimeError("finish needs the DFA description (compile or load the grammar)")
         return self.dfa.finish_bytes(state)
 
     def finish_text(self, state: int) -> str:
@@ -640,7 +621,7 @@ class CompiledGrammar:
             raise GrammarCacheError(f"{path}: corrupt grammar cache ({S} states, the registry gives "
                                     f"{dfa.num_states + 1})")
         return cls(*(t[k].to(device) for k in cls._TABLES), payload["start"], payload["eos_id"],
-                   payload["done_state"], list(tokenizer.token_bytes), _finish_table(dfa), meta, dfa)
+                   payload["done_state"], list(tokenizer.token_bytes), meta, dfa)
 
     def __repr__(self) -> str:
         return (f"CompiledGrammar(states={self.num_states}, rows={self.num_rows}, classes={self.num_classes}, "
