@@ -52,7 +52,7 @@ class AblationReport:
                       "tokens": r.tokens, "seconds": round(r.seconds, 3)} for arm, r in self.arms.items()}
 
 
-def run_ablation(model, tokenizer, n: int = 30, batch_size: int = 30, max_new_tokens: int = 96, seed: int = 0,
+def run_ablation(model, tokenizer, n: int = 30, batch_size: int = 30, max_new_tokens: int = 160, seed: int = 0,
                  max_string: int = 256, n_samples: int = 3) -> AblationReport:
     if n < 1:
         raise ValueError(f"--n must be >= 1, got {n}")

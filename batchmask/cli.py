@@ -292,7 +292,8 @@ def _model_args(p):
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N (default: cuda if available)")
     p.add_argument("--dtype", default="auto", help="float32 (CPU default), bfloat16 (CUDA default), float16")
     p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--max-new-tokens", type=int, default=96)
+    p.add_argument("--max-new-tokens", type=int, default=160,
+                   help="token ceiling per call (also capped by the context left after the prompt)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-string", type=int, default=256, help="byte cap of one argument value (default 256)")
 

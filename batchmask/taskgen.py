@@ -19,10 +19,15 @@ Held out (the `eval` split shares none of these with `train`, so evaluation meas
 generalisation, not recall):
 - phrasings: every kind has a train template pool and a disjoint eval template pool;
 - numbers: 0..999 is cut once, by a fixed permutation, into a train pool and an eval pool
-  (every operand a task mentions comes from its split's pool; results may be any number);
-- names: directory names, file stems and the words of written text come from disjoint pools
-  (file extensions are shared: they are what makes a path a file). Training also draws half of
-  its names as made-up consonant-vowel words (never an eval name), to teach copying any name.
+  (every operand a task mentions comes from its split's pool; results may be any number). A
+  held-out number is said in words only when training uses each of its words ('forty-seven' is
+  fine when 'forty' and 'seven' occur in training numbers; a held-out 'thirteen' is one word that
+  nothing links to 13, so eval says it in digits);
+- names: directory names, file stems and the words of written text come from disjoint pools of
+  real words (file extensions are shared: they are what makes a path a file). Three training
+  names in four are invented afresh (syllables, random letters, compounds with digits, `_` and
+  `-`, some capitalised) and never equal an eval name: predicting one is only possible by copying
+  it from the task, which is the skill that carries over to a held-out name.
 Shared on purpose: the chat intents and their canonical replies, and the country -> capital
 facts. A reply cannot be inferred for an intent or fact never seen, so the eval split asks the
 same things in held-out words.
@@ -44,8 +49,12 @@ SPLITS = ("train", "eval")
 
 # How often each kind is drawn (weights, not probabilities).
 KIND_WEIGHTS = {"calc_words": 20, "calc_symbols": 15, "read": 15, "list": 15, "write": 15, "chat": 20}
+# Training also has `echo` ("say 'blue kelo7'" -> answer("blue kelo7")): pure copying of arbitrary
+# text, a drill for the one skill every argument needs. It is not evaluated (it would flatter the
+# argument figure), so the eval split keeps KIND_WEIGHTS.
+TRAIN_KIND_WEIGHTS = KIND_WEIGHTS | {"echo": 15}
 KIND_TOOL = {"calc_words": "calc", "calc_symbols": "calc", "read": "read_file", "list": "list_dir",
-             "write": "write_file", "chat": "answer"}
+             "write": "write_file", "chat": "answer", "echo": "answer"}
 
 
 @dataclass(frozen=True)
@@ -53,7 +62,7 @@ class Example:
     task: str            # the user's request, one line
     tool: str            # the tool the call must name
     args: dict           # the reference call's arguments, in the registry's order
-    kind: str            # one of KIND_WEIGHTS
+    kind: str            # one of TRAIN_KIND_WEIGHTS
     answer: Fraction | None = field(default=None, compare=True)  # calc only: the value the task asks for
 
 
@@ -150,22 +159,32 @@ _WRITE = {
 # chat: intent -> (canonical reply, train phrasings, eval phrasings).
 _CHAT = {
     "greet": ("Hello! How can I help you?",
-              ["hello", "hi there", "good morning", "hi", "hello, anyone there?"],
+              ["hello", "hi there", "good morning", "hi", "hello, anyone there?", "hey", "good afternoon",
+               "hello there!", "greetings", "hi, nice to meet you", "morning!", "hey, hello"],
               ["hey there", "good evening", "hello again"]),
     "thanks": ("You are welcome.",
-               ["thanks!", "thank you very much", "thanks a lot", "thank you"],
+               ["thanks!", "thank you very much", "thanks a lot", "thank you", "thanks so much",
+                "thank you for helping", "much appreciated, thanks", "cheers, thanks", "great, thank you!",
+                "thanks, that was helpful"],
                ["many thanks", "thank you so much!", "thanks for the help"]),
     "bye": ("Goodbye!",
-            ["bye", "see you later", "goodbye", "bye for now"],
+            ["bye", "see you later", "goodbye", "bye for now", "bye bye", "I am leaving now, goodbye",
+             "talk to you later", "see you next time", "good night, bye", "so long"],
             ["see you soon", "I have to go, bye", "goodbye and see you"]),
     "how": ("I am doing well, thank you.",
-            ["how are you?", "how are you doing today?", "how is it going?"],
+            ["how are you?", "how are you doing today?", "how is it going?", "how do you feel?",
+             "are you well?", "how are you today?", "how is your day going?", "how are things going?",
+             "everything good with you?", "how are you feeling?"],
             ["how are things?", "are you doing well?", "how have you been?"]),
     "who": ("I am a small tool-calling assistant.",
-            ["who are you?", "what is your name?", "what are you?"],
+            ["who are you?", "what is your name?", "what are you?", "tell me your name",
+             "who am I speaking with?", "introduce yourself", "what do people call you?", "who made you?",
+             "are you a person?", "what kind of assistant are you?"],
             ["tell me who you are", "what should I call you?", "who am I talking to?"]),
     "can": ("I can do arithmetic and read, list and write files.",
-            ["what can you do?", "help", "what are your skills?"],
+            ["what can you do?", "help", "what are your skills?", "what do you do?", "how can you help?",
+             "what are you good at?", "what tasks can you handle?", "show me what you can do",
+             "what tools can you use?", "what help can you give me?"],
             ["what are you able to do?", "how can you help me?", "what tools do you have?"]),
 }
 _CAPITAL_TEMPLATES = {
@@ -181,14 +200,15 @@ _EXTENSIONS = ["txt", "md", "yaml", "json", "py", "csv", "log", "toml"]
 _DIRS = {
     "train": ["notes", "src", "docs", "data", "config", "tests", "logs", "home", "tmp", "scripts", "assets",
               "lib", "build", "work", "images", "backup", "drafts", "inbox"],
-    "eval": ["music", "reports", "archive", "media", "projects", "photos", "letters", "vendor"],
+    "eval": ["music", "reports", "archive", "media", "projects", "photos", "letters", "vendor", "recipes_2023",
+             "q4-plans", "clients", "Invoices"],
 }
 _STEMS = {
     "train": ["todo", "config", "readme", "main", "notes", "list", "report", "greet", "hello", "data", "index",
               "setup", "plan", "ideas", "log", "summary", "budget", "test", "shopping", "draft", "utils", "app",
               "server", "client", "users", "orders", "items", "diary"],
     "eval": ["agenda", "recipes", "invoice", "contacts", "journal", "goals", "minutes", "schedule", "manifest",
-             "tasks"],
+             "tasks", "meeting_notes", "backlog-v2", "Changelog", "week42", "expenses"],
 }
 _WORDS = {
     "train": ["hello", "world", "buy", "milk", "call", "mom", "meeting", "at", "noon", "done", "the", "cat",
@@ -198,7 +218,7 @@ _WORDS = {
              "pay", "rent", "walk", "dog", "tea"],
 }
 
-_EVAL_NAMES = frozenset(_DIRS["eval"]) | frozenset(_STEMS["eval"]) | frozenset(_WORDS["eval"])
+_EVAL_NAMES = frozenset(n.lower() for pool in (_DIRS, _STEMS, _WORDS) for n in pool["eval"])
 
 # --- the exact evaluator ------------------------------------------------------------------
 class ExprError(ValueError):
@@ -249,9 +269,22 @@ def _pick_number(rng: random.Random, pool: list[int], lo: int, hi: int) -> int:
     return rng.choice(choices)
 
 
+# Every word (split at '-') that training uses to say a number: 'forty-seven' is 'forty', 'seven'.
+_TRAIN_NUMBER_WORDS = frozenset(w for n in NUMBER_POOLS["train"] if n <= 99 for w in number_words(n).split("-"))
+
+
+def sayable(n: int) -> bool:
+    """Can n be said in words made only of training's number words?
+
+    A held-out 47 can ('forty' and 'seven' occur in training numbers), a held-out 13 cannot
+    ('thirteen' is one word, never seen): nothing links that word to its digits.
+    """
+    return n <= 99 and set(number_words(n).split("-")) <= _TRAIN_NUMBER_WORDS
+
+
 def _say(rng: random.Random, n: int) -> str:
-    """A number as a task would mention it: words (when it has them) half of the time, else digits."""
-    return number_words(n) if n <= 99 and rng.random() < 0.5 else str(n)
+    """A number as a task would mention it: in words half of the time when it can be, else in digits."""
+    return number_words(n) if sayable(n) and rng.random() < 0.5 else str(n)
 
 
 def _gen_calc_words(rng, split, pool) -> Example:
@@ -316,27 +349,68 @@ def _gen_calc_symbols(rng, split, pool) -> Example:
     return Example(task, "calc", {"expr": "".join(toks)}, "calc_symbols", value)
 
 
-# Training names are sometimes made-up words, so the model learns to copy any name letter by
-# letter instead of recalling a few; evaluation names are real words it has never seen.
-_PSEUDO_FRACTION = 0.5
-_CONSONANTS = "bdfgklmnprstvz"
-_VOWELS = "aeiou"
+# Training names are mostly invented, fresh in almost every example, and cover every letter,
+# digit and separator a name can hold: the only way to predict one is to copy it from the task,
+# which is what lets the model copy a held-out name it has never seen. Evaluation names are real
+# words (and a few compounds) from the held-out pools.
+_POOL_FRACTION = 0.25          # a real word from the split's pool
+_ONSETS = ("b c d f g h j k l m n p r s t v w y z b c d f g h k l m n p r s t "
+           "bl br ch cl cr dr fl fr gl gr kn ph pl pr qu sc sh sk sl sm sn sp st str sw th tr tw wh wr").split()
+_NUCLEI = "a e i o u a e i o u a e i o u y ai ea ee oo ou ie oa".split()
+_CODAS = ("- - - - - - - - n r s t l m d k x ck ng nd nt st sh ch rt ll ss ve").split()
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+_SEPARATORS = ("_", "-", "")
+_MAX_NAME = 16
 
 
-def _pseudo_word(rng: random.Random) -> str:
-    """A pronounceable made-up word of 2-3 consonant-vowel syllables, never an eval name."""
-    while True:
-        word = "".join(rng.choice(_CONSONANTS) + rng.choice(_VOWELS) for _ in range(rng.randint(2, 3)))
+def _syllables(rng: random.Random) -> str:
+    """A pronounceable invented word of 1-3 syllables ('strobik', 'quen', 'mailodst')."""
+    parts = []
+    for _ in range(rng.choice((1, 2, 2, 3))):
+        coda = rng.choice(_CODAS)
+        onset = rng.choice(_ONSETS) if rng.random() < 0.85 else ""
+        parts.append(onset + rng.choice(_NUCLEI) + ("" if coda == "-" else coda))
+    return "".join(parts)
+
+
+def _letters(rng: random.Random) -> str:
+    """A short string of uniformly random letters, 1-5 long ('qzx', 'mwbia')."""
+    return "".join(rng.choice(_LETTERS) for _ in range(rng.randint(1, 5)))
+
+
+def _invented(rng: random.Random, pool: list[str]) -> str:
+    """One invented name: mostly pronounceable syllables (real names are words, and the pieces a
+    word breaks into are what the model must learn to copy), sometimes random letters, or a
+    compound with digits and separators."""
+    r = rng.random()
+    if r < 0.65:
+        name = _syllables(rng)
+    elif r < 0.75:
+        name = _letters(rng)
+    else:
+        # Compounds: 'draft_2', 'v3-plan', 'kelo42', 'notes_old'.
+        word = (lambda g: _syllables(g) if g.random() < 0.8 else _letters(g))
+        first = word(rng) if rng.random() < 0.7 else rng.choice(pool)
+        second = str(rng.randint(0, 9999 if rng.random() < 0.2 else 99)) if rng.random() < 0.6 else word(rng)
         if rng.random() < 0.3:
-            word += rng.choice(_CONSONANTS)
-        if word not in _EVAL_NAMES:
-            return word
+            first, second = second, first
+        name = first + rng.choice(_SEPARATORS) + second
+    shape = rng.random()
+    if shape < 0.1:
+        name = name.capitalize()
+    elif shape < 0.12:
+        name = name.upper()
+    return name
 
 
 def _name(rng: random.Random, split: str, pools: dict[str, list[str]]) -> str:
-    if split == "train" and rng.random() < _PSEUDO_FRACTION:
-        return _pseudo_word(rng)
-    return rng.choice(pools[split])
+    if split == "eval" or rng.random() < _POOL_FRACTION:
+        return rng.choice(pools[split])
+    while True:
+        name = _invented(rng, pools["train"])
+        # Names as long as real ones (the eval names are 2-14 characters), never an eval name.
+        if len(name) <= _MAX_NAME and name.lower() not in _EVAL_NAMES:
+            return name
 
 
 def _file_path(rng, split) -> str:
@@ -376,7 +450,18 @@ def _gen_chat(rng, split, pool) -> Example:
     return Example(task, "answer", {"text": reply}, "chat")
 
 
-_GENERATORS = {"calc_words": _gen_calc_words, "calc_symbols": _gen_calc_symbols, "read": _gen_read,
+_ECHO = ["say '{t}'", "reply with '{t}'", "answer '{t}'", "repeat after me: {t}", "just say {t}",
+         "respond with the text '{t}'", "echo '{t}'", "tell me '{t}'"]
+
+
+def _gen_echo(rng, split, pool) -> Example:
+    if split != "train":
+        raise ValueError("echo examples are training-only")
+    t = " ".join(_name(rng, split, _WORDS) for _ in range(rng.randint(1, 4)))
+    return Example(rng.choice(_ECHO).format(t=t), "answer", {"text": t}, "echo")
+
+
+_GENERATORS = {"echo": _gen_echo, "calc_words": _gen_calc_words, "calc_symbols": _gen_calc_symbols, "read": _gen_read,
                "list": _gen_list, "write": _gen_write, "chat": _gen_chat}
 
 
@@ -389,7 +474,8 @@ def make_examples(n: int, seed: int, split: str = "train") -> list[Example]:
     # Mix the split into the seed so train and eval streams never coincide for one seed.
     rng = random.Random(f"{split}:{seed}")
     pool = sorted(NUMBER_POOLS[split])
-    kinds, weights = list(KIND_WEIGHTS), list(KIND_WEIGHTS.values())
+    table = TRAIN_KIND_WEIGHTS if split == "train" else KIND_WEIGHTS
+    kinds, weights = list(table), list(table.values())
     # One kind at a time, so the first k examples are the same whatever n is.
     return [_GENERATORS[rng.choices(kinds, weights)[0]](rng, split, pool) for _ in range(n)]
 

@@ -1,8 +1,8 @@
 """Train the default model: a SentencePiece vocabulary and a small llama2.c Transformer, on the CPU.
 
-    python -m models.train --out models/default --minutes 23           # train, write, evaluate
-    python -m models.train --out models/default --minutes 23 --resume  # continue after an interruption
-    python -m models.train --out models/default --eval-only            # evaluate the shipped model
+    python -m models.train --out models/default --minutes 26.5 --threads 2           # train, write, evaluate
+    python -m models.train --out models/default --minutes 26.5 --threads 2 --resume  # after an interruption
+    python -m models.train --out models/default --eval-only                          # evaluate the shipped model
 
 Data: generated tool-use tasks (batchmask/taskgen.py). Each example is the exact token sequence
 generation will see:
@@ -42,9 +42,12 @@ from models.checkpoint import ModelConfig, write_checkpoint
 from models.llama import Transformer, load_checkpoint
 from models.tokenizer import Tokenizer, load_tokenizer
 
-# Defaults sized for ~23 minutes on 2 shared CPU cores (see models/default/CARD.md): ~1M parameters.
-DEFAULT_CONFIG = dict(dim=128, hidden_dim=384, n_layers=4, n_heads=4, n_kv_heads=4, seq_len=256)
+# Defaults sized for ~28 minutes on 2 CPU cores (see models/default/CARD.md): ~1M parameters.
+DEFAULT_CONFIG = dict(dim=128, hidden_dim=384, n_layers=4, n_heads=4, n_kv_heads=4, seq_len=512)
 VOCAB_SIZE = 1024
+# 0 keeps BPE's pieces (names are a few pieces each). 1 spells everything letter by letter:
+# tried, it doubles the sequence and made copying slower to learn in a 30-minute budget.
+MAX_PIECE_LEN = 0
 DATA_SEED, TOKENIZER_SEED, EVAL_SEED = 1, 2, 3
 
 
@@ -64,7 +67,8 @@ def corpus_lines(examples: list[Example], registry: ToolRegistry):
         yield render_call(ex.tool, ex.args)
 
 
-def train_tokenizer(model_path: Path, n_examples: int = 20000, vocab_size: int = VOCAB_SIZE) -> Tokenizer:
+def train_tokenizer(model_path: Path, n_examples: int = 20000, vocab_size: int = VOCAB_SIZE,
+                    max_piece_len: int = MAX_PIECE_LEN) -> Tokenizer:
     """Learn a Llama-style BPE vocabulary on generated training text; write tokenizer.model (+ .bin).
 
     Then drop every piece that glues a space to text ("▁notes"), keeping "▁" alone: a name is
@@ -88,7 +92,7 @@ def train_tokenizer(model_path: Path, n_examples: int = 20000, vocab_size: int =
     Path(prefix + ".vocab").unlink(missing_ok=True)
     proto = Path(prefix + ".model").read_bytes()
     Path(prefix + ".model").unlink()
-    model_path.write_bytes(drop_space_pieces(proto))
+    model_path.write_bytes(drop_pieces(proto, max_piece_len))
     tok = load_tokenizer(model_path)
     tok.write_bin(model_path.with_name("tokenizer.bin"))
     return tok
@@ -104,8 +108,9 @@ def _varint(buf: bytes, i: int) -> tuple[int, int]:
             return value, i
 
 
-def drop_space_pieces(proto: bytes) -> bytes:
-    """A SentencePiece ModelProto without its normal pieces that contain "▁" and something else.
+def drop_pieces(proto: bytes, max_len: int = 0) -> bytes:
+    """A SentencePiece ModelProto without its normal pieces that contain "▁" and something else,
+    nor (when max_len > 0) those longer than max_len characters.
 
     Works on the protobuf wire format (no protobuf package needed): the model's pieces are the
     repeated length-delimited field 1, each a message whose field 1 is the piece text. BPE stays
@@ -125,7 +130,7 @@ def drop_space_pieces(proto: bytes) -> bytes:
         elif wire == 2:
             n, body = _varint(proto, i)
             i = body + n
-            if key >> 3 == 1 and _is_space_glued(proto[body:i]):
+            if key >> 3 == 1 and _drops(proto[body:i], max_len):
                 continue
         else:
             raise TrainError(f"sentencepiece model: unexpected wire type {wire} at byte offset {start}")
@@ -133,8 +138,9 @@ def drop_space_pieces(proto: bytes) -> bytes:
     return bytes(out)
 
 
-def _is_space_glued(piece_msg: bytes) -> bool:
-    """Is this SentencePiece message a normal piece holding "▁" plus other text?"""
+def _drops(piece_msg: bytes, max_len: int) -> bool:
+    """Is this SentencePiece message a normal piece holding "▁" plus other text, or one longer than
+    max_len characters (max_len > 0)?"""
     text, kind, i = None, 1, 0
     while i < len(piece_msg):
         key, i = _varint(piece_msg, i)
@@ -152,7 +158,9 @@ def _is_space_glued(piece_msg: bytes) -> bool:
                 kind = value
         else:
             i += 8
-    return kind == 1 and text is not None and "\u2581" in text and text != "\u2581"
+    if kind != 1 or text is None:
+        return False
+    return ("\u2581" in text and text != "\u2581") or 0 < max_len < len(text)
 
 
 # --- data -------------------------------------------------------------------------------------
@@ -169,13 +177,16 @@ class ExampleEncoder:
     Exact because no piece of our vocabulary contains a newline (SentencePiece learnt it from
     single lines), so BPE never merges across one and the prompt's tokens are the catalogue's
     tokens followed by those of the "\nTASK: ..." tail. tests/test_train.py checks the equality.
+
+    catalogue=False drops the tool catalogue (the prompt is BOS + "\nTASK: ...\nCALL: "): the
+    short form the training curriculum starts with.
     """
 
-    def __init__(self, tok: Tokenizer, registry: ToolRegistry):
+    def __init__(self, tok: Tokenizer, registry: ToolRegistry, catalogue: bool = True):
         self.tok, self.registry = tok, registry
         head = render_prompt(registry, "x")
         self.cut = head.rindex("\nTASK: ")
-        self.head_ids = tok.encode(head[:self.cut], bos=True)
+        self.head_ids = tok.encode(head[:self.cut], bos=True) if catalogue else [tok.bos_id]
 
     def __call__(self, ex: Example) -> tuple[list[int], int]:
         tail = render_prompt(self.registry, ex.task)[self.cut:]
@@ -221,6 +232,11 @@ class Dataset:
         return len(self.n_cond)
 
     @property
+    def lengths(self) -> torch.Tensor:
+        """[n] each example's suffix token count."""
+        return self.offsets[1:] - self.offsets[:-1]
+
+    @property
     def max_len(self) -> int:
         return len(self.prefix) + int((self.offsets[1:] - self.offsets[:-1]).max())
 
@@ -241,9 +257,18 @@ class Dataset:
         return inputs, targets
 
 
-def build_dataset(tok: Tokenizer, n: int, seed: int, split: str = "train") -> Dataset:
-    encode = ExampleEncoder(tok, ToolRegistry.defaults())
-    return Dataset([encode(ex) for ex in make_examples(n, seed, split)])
+def build_dataset(tok: Tokenizer, n: int, seed: int, split: str = "train", max_len: int | None = None,
+                  catalogue: bool = True) -> Dataset:
+    """n generated examples, encoded; those over max_len tokens (a rare long write) are left out."""
+    encode = ExampleEncoder(tok, ToolRegistry.defaults(), catalogue)
+    encoded = [encode(ex) for ex in make_examples(n, seed, split)]
+    if max_len is not None:
+        kept = [e for e in encoded if len(e[0]) <= max_len]
+        if len(kept) < len(encoded):
+            print(f"left out {len(encoded) - len(kept)} of {len(encoded)} examples longer than {max_len} tokens",
+                  file=sys.stderr)
+        encoded = kept
+    return Dataset(encoded)
 
 
 # --- model ------------------------------------------------------------------------------------
@@ -306,11 +331,27 @@ def lr_at(step: int, progress: float, lr: float, warmup: int, min_ratio: float =
     return lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def sample_batch(step: int, n: int, batch_size: int, seed: int) -> torch.Tensor:
+def sample_batch(step: int, lengths: torch.Tensor, batch_size: int, seed: int, grouped: bool = True) -> torch.Tensor:
     """Example indices of step `step` [B]: a function of (seed, step) only, so a resumed run sees
-    exactly the batches the uninterrupted one would have."""
-    g = torch.Generator().manual_seed(seed * 1_000_003 + step)
-    return torch.randint(0, n, (batch_size,), generator=g)
+    exactly the batches the uninterrupted one would have.
+
+    Length-grouped: the examples are cut once into batches of similar length (sorted by length
+    after a seeded shuffle), and each epoch visits those batches in a fresh seeded order. A batch
+    is padded to its longest row, so grouping saves most of the padding (about a third of the
+    compute with letter-level tokens) while every example is still seen once per epoch.
+    lengths [n]: each example's token count. grouped=False: B examples drawn uniformly instead.
+    """
+    n = len(lengths)
+    if not grouped:
+        return torch.randint(0, n, (batch_size,), generator=torch.Generator().manual_seed(seed * 1_000_003 + step))
+    g = torch.Generator().manual_seed(seed)
+    shuffled = torch.randperm(n, generator=g)  # [n], ties in length broken at random
+    by_length = shuffled[torch.sort(lengths[shuffled], stable=True).indices]  # [n]
+    n_batches = max(1, n // batch_size)  # the remainder (< batch_size examples) sits out
+    epoch, k = divmod(step, n_batches)
+    order = torch.randperm(n_batches, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
+    start = int(order[k]) * batch_size
+    return by_length[start:start + batch_size]
 
 
 def train_steps(model, data: Dataset, optimizer, steps: range, progress, args, pad_id: int, log=None) -> float:
@@ -323,7 +364,8 @@ def train_steps(model, data: Dataset, optimizer, steps: range, progress, args, p
     for step in steps:
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, progress(step), args.lr, args.warmup)
-        inputs, targets = data.batch(sample_batch(step, len(data), args.batch_size, args.seed), pad_id)
+        inputs, targets = data.batch(sample_batch(step, data.lengths, args.batch_size, args.seed,
+                                                  getattr(args, "length_groups", True)), pad_id)
         loss = masked_loss(forward_shared_prefix(model, data.prefix, inputs), targets)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -337,7 +379,7 @@ def train_steps(model, data: Dataset, optimizer, steps: range, progress, args, p
 
 # --- evaluation -------------------------------------------------------------------------------
 @torch.no_grad()
-def greedy_calls(model: Transformer, tok: Tokenizer, tasks: list[str], max_new: int = 96,
+def greedy_calls(model: Transformer, tok: Tokenizer, tasks: list[str], max_new: int = 192,
                  batch_size: int = 50) -> list[str]:
     """Free (unmasked) greedy decoding of the call for each task, batched through the KV cache."""
     registry = ToolRegistry.defaults()
@@ -411,10 +453,11 @@ def load_state(path: Path, args) -> dict:
         state = torch.load(path, map_location="cpu", weights_only=False)
     except (OSError, RuntimeError, EOFError) as e:
         raise TrainError(f"{path}: cannot read the training state: {e}") from None
-    for key in ("dim", "n_layers", "batch_size", "seed", "lr", "n_examples"):
-        if state["args"].get(key) != getattr(args, key):
+    for key in ("dim", "n_layers", "batch_size", "seed", "lr", "n_examples", "seq_len", "max_piece_len",
+                "short_frac"):
+        if state["args"].get(key) != getattr(args, key, None):
             raise TrainError(f"{path}: state was saved with {key}={state['args'].get(key)}, "
-                             f"this run has {key}={getattr(args, key)} (drop --resume to start over)")
+                             f"this run has {key}={getattr(args, key, None)} (drop --resume to start over)")
     return state
 
 
@@ -432,14 +475,18 @@ def run(args) -> dict:
 
     # Vocabulary: reuse the one a resumed run was trained with.
     tok_path = out / "tokenizer.model"
-    tok = load_tokenizer(tok_path) if state is not None else train_tokenizer(tok_path, vocab_size=args.vocab_size)
+    tok = load_tokenizer(tok_path) if state is not None else \
+        train_tokenizer(tok_path, vocab_size=args.vocab_size, max_piece_len=args.max_piece_len)
     data_path = work / "data.pt"
     if state is not None and data_path.exists():
-        data = torch.load(data_path, weights_only=False)
+        data, short = torch.load(data_path, weights_only=False)
     else:
         t0 = time.time()
-        data = build_dataset(tok, args.n_examples, args.seed)
-        torch.save(data, data_path)
+        data = build_dataset(tok, args.n_examples, args.seed, max_len=args.seq_len)
+        # The curriculum's first phase: other examples of the same kinds, without the catalogue.
+        short = build_dataset(tok, args.n_examples, args.seed + 1, max_len=args.seq_len, catalogue=False) \
+            if args.short_frac > 0 else None
+        torch.save((data, short), data_path)
         print(f"encoded {len(data)} examples in {time.time() - t0:.0f} s: shared prefix {len(data.prefix)} "
               f"tokens, longest {data.max_len}, {int((data.tokens.numel()) / len(data))} suffix tokens each",
               file=sys.stderr)
@@ -474,7 +521,8 @@ def run(args) -> dict:
     log = _logger(start, budget)
     while progress(step) < 1.0:
         chunk = range(step, step + args.save_every if not args.steps else min(args.steps, step + args.save_every))
-        loss = train_steps(model, data, optimizer, chunk, progress, args, tok.eos_id, log)
+        phase = short if short is not None and progress(step) < args.short_frac else data
+        loss = train_steps(model, phase, optimizer, chunk, progress, args, tok.eos_id, log)
         step = chunk.stop
         save_state(state_path, model, optimizer, step, time.time() - start, loss, args)
     elapsed = time.time() - start
@@ -500,11 +548,21 @@ def parse_args(argv=None):
     p.add_argument("--resume", action="store_true", help="continue from WORK/train_state.pt")
     p.add_argument("--eval-only", action="store_true", help="evaluate OUT/model.bin and exit")
     p.add_argument("--eval-n", type=int, default=200)
-    p.add_argument("--vocab-size", type=int, default=VOCAB_SIZE)
-    p.add_argument("--n-examples", type=int, default=40000)
+    p.add_argument("--vocab-size", type=int, default=VOCAB_SIZE, help="SentencePiece's piece budget")
+    p.add_argument("--max-piece-len", type=int, default=MAX_PIECE_LEN,
+                   help="drop pieces longer than this many characters (0: keep all)")
+    p.add_argument("--n-examples", type=int, default=120000,
+                   help="generated examples (each seen about once: repeats let names be memorised)")
     # Small batches: on a slow CPU the number of steps decides when copying is learnt.
     p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--lr", type=float, default=4e-3)
+    # Copying a name from the task is the skill that takes longest to appear. It appears sooner
+    # when the task is not preceded by the catalogue's ~150 tokens (fewer positions to search at
+    # the start), and carries over to the full prompt, which the rest of the run trains on.
+    p.add_argument("--short-frac", type=float, default=0.3,
+                   help="fraction of the run trained on prompts without the catalogue (0: none)")
+    p.add_argument("--no-length-groups", dest="length_groups", action="store_false",
+                   help="draw batches uniformly instead of grouping examples of similar length")
+    p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--save-every", type=int, default=50, help="steps between training-state saves")

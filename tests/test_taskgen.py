@@ -7,8 +7,8 @@ import pytest
 
 from batchmask.prompt import parse_call, render_call
 from batchmask.registry import ToolRegistry
-from batchmask.taskgen import (KIND_TOOL, KIND_WEIGHTS, NUMBER_POOLS, ExprError, eval_expr, expected_result,
-                               judge, make_examples, number_words, template_pools)
+from batchmask.taskgen import (KIND_TOOL, KIND_WEIGHTS, NUMBER_POOLS, TRAIN_KIND_WEIGHTS, ExprError, eval_expr, expected_result,
+                               judge, make_examples, number_words, sayable, template_pools)
 
 REG = ToolRegistry.defaults()
 N = 1500
@@ -110,7 +110,8 @@ def test_calls_parse_and_name_the_kind_tool(split, train, held_out):
 
 
 def test_every_kind_is_generated(train, held_out):
-    assert {ex.kind for ex in train} == set(KIND_WEIGHTS) == {ex.kind for ex in held_out}
+    assert {ex.kind for ex in train} == set(TRAIN_KIND_WEIGHTS) == set(KIND_WEIGHTS) | {"echo"}
+    assert {ex.kind for ex in held_out} == set(KIND_WEIGHTS)
 
 
 def test_calc_expressions_evaluate_to_the_answer(train, held_out):
@@ -207,3 +208,31 @@ def test_number_words():
                                                                   "ninety-nine"]
     with pytest.raises(ValueError, match="100"):
         number_words(100)
+
+
+# --- what makes the held-out split learnable -------------------------------------------------
+def test_numbers_in_words_use_only_words_training_says(train, held_out):
+    # a held-out number may be said in words only when training has used each of its words
+    trained_words = {w for ex in train if ex.kind == "calc_words"
+                     for w in re.findall(r"[a-z]+", ex.task) if any(w in v.split("-") for v in WORD_VALUES)}
+    said = [w for ex in held_out if ex.kind == "calc_words" for w in re.findall(r"[a-z]+(?:-[a-z]+)?", ex.task)
+            if w in WORD_VALUES]
+    assert said, "the eval split says some numbers in words"
+    for w in said:
+        assert set(w.split("-")) <= trained_words, w
+    # and numbers that cannot be said that way are still asked, in digits
+    unsayable = [n for n in NUMBER_POOLS["eval"] if n <= 99 and not sayable(n)]
+    assert unsayable and all(n < 20 for n in unsayable)
+
+
+def test_training_names_are_fresh_and_cover_every_letter(train):
+    # copying, not recall, must be the cheap way to predict a name: names rarely repeat and use
+    # every letter, digits, separators and capitals
+    names = [part for ex in train if ex.tool in ("read_file", "list_dir", "write_file")
+             for part in re.split(r"[/.]", ex.args["path"])]
+    stems = [n for n in names if n not in {"txt", "md", "yaml", "json", "py", "csv", "log", "toml"}]
+    assert len(set(stems)) > 0.6 * len(stems)
+    chars = set("".join(stems))
+    assert set("abcdefghijklmnopqrstuvwxyz0123456789_-") <= chars
+    assert any(c.isupper() for c in chars)
+    assert max(len(n) for n in stems) <= 16

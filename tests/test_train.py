@@ -13,8 +13,8 @@ from models.checkpoint import ModelConfig, read_checkpoint
 from models.llama import Transformer, load_checkpoint
 from models.tokenizer import load_tokenizer
 from models.train import (ExampleEncoder, TrainError, build_dataset, common_prefix, encode_example,
-                          forward_shared_prefix, load_state, lr_at, make_optimizer, masked_loss, save_state,
-                          train_steps, train_tokenizer)
+                          forward_shared_prefix, load_state, lr_at, make_optimizer, masked_loss, sample_batch,
+                          save_state, train_steps, train_tokenizer)
 
 REG = ToolRegistry.defaults()
 DEFAULT = Path(__file__).resolve().parents[1] / "models" / "default"
@@ -53,6 +53,28 @@ def test_tokenizer_is_llama2c_shaped_and_matches_sentencepiece(tok, tmp_path):
     assert from_bin.token_bytes == tok.token_bytes and from_bin.scores == pytest.approx(tok.scores)
 
 
+def test_default_vocabulary_keeps_multi_character_pieces(tok):
+    # BPE's merges stay (only the space-glued pieces go), and names keep their letters
+    normal = [p for p, k in zip(tok.pieces, tok.kinds) if k == 1]
+    assert max(len(p) for p in normal) > 2
+    path = "Invoices/q4-plans_2023.csv"
+    assert tok.decode(tok.encode(path, bos=False, prefix_space=False)) == path
+
+
+def test_letter_vocabulary_when_asked(tmp_path):
+    # max_piece_len=1: every normal piece is one character, and sentencepiece still agrees
+    letters = train_tokenizer(tmp_path / "tokenizer.model", n_examples=1500, vocab_size=400, max_piece_len=1)
+    normal = [p for p, k in zip(letters.pieces, letters.kinds) if k == 1]
+    assert normal and all(len(p) == 1 for p in normal), [p for p in normal if len(p) > 1][:5]
+    assert set("abcdefghijklmnopqrstuvwxyz0123456789_-./") <= set(normal)
+    path = "Invoices/q4-plans_2023.csv"
+    assert len(letters.encode(path, bos=False, prefix_space=False)) == len(path)
+    sp = spm.SentencePieceProcessor(model_file=str(letters.source))
+    for ex in make_examples(20, seed=4, split="eval"):
+        text = render_prompt(REG, ex.task) + render_call(ex.tool, ex.args)
+        assert letters.encode(text, bos=False) == sp.encode(text), text
+
+
 def test_no_piece_spans_a_newline(tok):
     # what ExampleEncoder's shortcut relies on
     assert not any("\n" in p for p in tok.pieces)
@@ -72,7 +94,38 @@ def test_encoded_example_layout(tok):
     assert tok.decode_bytes(ids[n_prompt:-1]).decode() == render_call(ex.tool, ex.args)
 
 
+def test_short_encoder_is_the_full_one_without_the_catalogue(tok):
+    full, short = ExampleEncoder(tok, REG), ExampleEncoder(tok, REG, catalogue=False)
+    n_head = len(full.head_ids)
+    for ex in make_examples(50, seed=5):
+        (f_ids, f_prompt), (s_ids, s_prompt) = full(ex), short(ex)
+        assert s_ids[0] == tok.bos_id and s_ids[1:] == f_ids[n_head:]
+        assert s_prompt == f_prompt - n_head + 1
+        assert tok.decode_bytes(s_ids[1:s_prompt]).decode().startswith("\nTASK: ")
+
+
 # --- batches ----------------------------------------------------------------------------------
+def test_length_grouped_batches_cover_each_epoch_once():
+    g = torch.Generator().manual_seed(3)
+    lengths = torch.randint(5, 200, (1003,), generator=g)
+    B = 16
+    n_batches = len(lengths) // B
+    epoch = [sample_batch(step, lengths, B, seed=7) for step in range(n_batches)]
+    seen = torch.cat(epoch)
+    assert len(seen) == n_batches * B and len(set(seen.tolist())) == len(seen)  # no example twice
+    # grouped by length: a batch spans a small slice of the length range
+    spans = torch.tensor([int(lengths[b].max() - lengths[b].min()) for b in epoch])
+    assert float(spans.float().mean()) < 0.05 * float(lengths.max() - lengths.min())
+    # a function of (seed, step) only, and the next epoch visits the batches in another order
+    assert torch.equal(sample_batch(5, lengths, B, seed=7), epoch[5])
+    nxt = [sample_batch(n_batches + k, lengths, B, seed=7) for k in range(n_batches)]
+    assert sorted(map(tuple, map(torch.Tensor.tolist, nxt))) == sorted(map(tuple, map(torch.Tensor.tolist, epoch)))
+    assert any(not torch.equal(a, b) for a, b in zip(nxt, epoch))
+    # uniform draws when asked: not grouped
+    uniform = sample_batch(0, lengths, B, seed=7, grouped=False)
+    assert len(uniform) == B and int(lengths[uniform].max() - lengths[uniform].min()) > spans.max()
+
+
 def test_common_prefix():
     assert common_prefix([[1, 2, 3, 4], [1, 2, 5], [1, 2, 3]]) == [1, 2]
     assert common_prefix([[7, 8], [9]]) == []
