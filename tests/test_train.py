@@ -273,3 +273,21 @@ def test_shipped_model_writes_a_call():
     call, why = parse_call(text, REG)
     assert call is not None, (ex.task, text, why)
     assert call["tool"] == "read_file"
+
+
+def test_whole_run_writes_the_shipped_files_and_resumes(tmp_path):
+    """`python -m models.train` end to end on a tiny config: curriculum, files, evaluation, resume."""
+    from models.train import parse_args, run
+    argv = ["--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--steps", "40", "--save-every", "20",
+            "--n-examples", "200", "--dim", "32", "--hidden-dim", "64", "--n-layers", "2", "--eval-n", "4"]
+    report = run(parse_args(argv))
+    for name in ("model.bin", "tokenizer.model", "tokenizer.bin", "eval.json"):
+        assert (tmp_path / "out" / name).exists(), name
+    assert report["train"]["steps"] == 40 and report["overall"]["n"] == 4
+    config, _ = read_checkpoint(tmp_path / "out" / "model.bin")
+    assert config.vocab_size == load_tokenizer(tmp_path / "out" / "tokenizer.bin").vocab_size
+    # a resumed run continues from the saved step with the saved vocabulary and data
+    resumed = run(parse_args(argv[:5] + ["60"] + argv[6:] + ["--resume"]))
+    assert resumed["train"]["steps"] == 60
+    with pytest.raises(TrainError, match="short_frac"):
+        run(parse_args(argv + ["--resume", "--short-frac", "0.5"]))
