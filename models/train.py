@@ -27,6 +27,7 @@ import argparse
 import json
 import math
 import os
+import pickle
 import sys
 import time
 from dataclasses import asdict
@@ -38,9 +39,9 @@ import torch.nn.functional as F
 from batchmask.prompt import render_call, render_prompt
 from batchmask.registry import ToolRegistry
 from batchmask.taskgen import KIND_WEIGHTS, Example, judge, make_examples
-from models.checkpoint import ModelConfig, write_checkpoint
+from models.checkpoint import CheckpointError, ModelConfig, write_checkpoint
 from models.llama import Transformer, load_checkpoint
-from models.tokenizer import Tokenizer, load_tokenizer
+from models.tokenizer import Tokenizer, TokenizerError, load_tokenizer
 
 # Defaults sized for ~28 minutes on 2 CPU cores (see models/default/CARD.md): ~1M parameters.
 DEFAULT_CONFIG = dict(dim=128, hidden_dim=384, n_layers=4, n_heads=4, n_kv_heads=4, seq_len=512)
@@ -238,7 +239,7 @@ class Dataset:
 
     @property
     def max_len(self) -> int:
-        return len(self.prefix) + int((self.offsets[1:] - self.offsets[:-1]).max())
+        return len(self.prefix) + int(self.lengths.max())
 
     def batch(self, idx: torch.Tensor, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
         """idx [B] -> (inputs [B, T], targets [B, T]); targets are -100 where no loss is taken.
@@ -331,7 +332,14 @@ def lr_at(step: int, progress: float, lr: float, warmup: int, min_ratio: float =
     return lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def sample_batch(step: int, lengths: torch.Tensor, batch_size: int, seed: int, grouped: bool = True) -> torch.Tensor:
+def length_order(lengths: torch.Tensor, seed: int) -> torch.Tensor:
+    """[n] example indices sorted by length, ties broken by a seeded shuffle: the batches' cut."""
+    shuffled = torch.randperm(len(lengths), generator=torch.Generator().manual_seed(seed))  # [n]
+    return shuffled[torch.sort(lengths[shuffled], stable=True).indices]  # [n]
+
+
+def sample_batch(step: int, lengths: torch.Tensor, batch_size: int, seed: int, grouped: bool = True,
+                 by_length: torch.Tensor | None = None) -> torch.Tensor:
     """Example indices of step `step` [B]: a function of (seed, step) only, so a resumed run sees
     exactly the batches the uninterrupted one would have.
 
@@ -340,13 +348,13 @@ def sample_batch(step: int, lengths: torch.Tensor, batch_size: int, seed: int, g
     is padded to its longest row, so grouping saves most of the padding (about a third of the
     compute with letter-level tokens) while every example is still seen once per epoch.
     lengths [n]: each example's token count. grouped=False: B examples drawn uniformly instead.
+    by_length: `length_order(lengths, seed)` when the caller already has it (it is the same every step).
     """
     n = len(lengths)
     if not grouped:
         return torch.randint(0, n, (batch_size,), generator=torch.Generator().manual_seed(seed * 1_000_003 + step))
-    g = torch.Generator().manual_seed(seed)
-    shuffled = torch.randperm(n, generator=g)  # [n], ties in length broken at random
-    by_length = shuffled[torch.sort(lengths[shuffled], stable=True).indices]  # [n]
+    if by_length is None:
+        by_length = length_order(lengths, seed)  # [n]
     n_batches = max(1, n // batch_size)  # the remainder (< batch_size examples) sits out
     epoch, k = divmod(step, n_batches)
     order = torch.randperm(n_batches, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
@@ -361,11 +369,14 @@ def train_steps(model, data: Dataset, optimizer, steps: range, progress, args, p
     """
     model.train()
     recent = []
+    grouped = getattr(args, "length_groups", True)
+    lengths = data.lengths  # [n]
+    by_length = length_order(lengths, args.seed) if grouped else None  # [n], once, not every step
     for step in steps:
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, progress(step), args.lr, args.warmup)
-        inputs, targets = data.batch(sample_batch(step, data.lengths, args.batch_size, args.seed,
-                                                  getattr(args, "length_groups", True)), pad_id)
+        idx = sample_batch(step, lengths, args.batch_size, args.seed, grouped, by_length)  # [B]
+        inputs, targets = data.batch(idx, pad_id)
         loss = masked_loss(forward_shared_prefix(model, data.prefix, inputs), targets)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -451,10 +462,13 @@ def save_state(path: Path, model, optimizer, step: int, elapsed: float, loss: fl
 def load_state(path: Path, args) -> dict:
     try:
         state = torch.load(path, map_location="cpu", weights_only=False)
-    except (OSError, RuntimeError, EOFError) as e:
+    except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as e:
         raise TrainError(f"{path}: cannot read the training state: {e}") from None
+    if not isinstance(state, dict) or not {"model", "optimizer", "step", "elapsed", "args"} <= state.keys():
+        raise TrainError(f"{path}: not a training state written by models/train.py (expected a dict with "
+                         "model, optimizer, step, elapsed and args)")
     for key in ("dim", "n_layers", "batch_size", "seed", "lr", "n_examples", "seq_len", "max_piece_len",
-                "short_frac"):
+                "short_frac", "length_groups"):
         if state["args"].get(key) != getattr(args, key, None):
             raise TrainError(f"{path}: state was saved with {key}={state['args'].get(key)}, "
                              f"this run has {key}={getattr(args, key, None)} (drop --resume to start over)")
@@ -479,7 +493,11 @@ def run(args) -> dict:
         train_tokenizer(tok_path, vocab_size=args.vocab_size, max_piece_len=args.max_piece_len)
     data_path = work / "data.pt"
     if state is not None and data_path.exists():
-        data, short = torch.load(data_path, weights_only=False)
+        saved = torch.load(data_path, weights_only=False)
+        if not (isinstance(saved, tuple) and len(saved) == 2 and isinstance(saved[0], Dataset)):
+            raise TrainError(f"{data_path}: expected the (data, short) pair this version writes, found "
+                             f"{type(saved).__name__} (drop --resume to start over)")
+        data, short = saved
     else:
         t0 = time.time()
         data = build_dataset(tok, args.n_examples, args.seed, max_len=args.seq_len)
@@ -572,17 +590,28 @@ def parse_args(argv=None):
     for k, v in DEFAULT_CONFIG.items():
         if k != "n_kv_heads":
             p.add_argument("--" + k.replace("_", "-"), type=int, default=v)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if not 0 <= args.short_frac < 1:
+        p.error(f"--short-frac must be in [0, 1), got {args.short_frac}")
+    if args.max_piece_len < 0:
+        p.error(f"--max-piece-len must be >= 0 (0: keep every piece), got {args.max_piece_len}")
+    if args.n_examples < args.batch_size:
+        p.error(f"--n-examples ({args.n_examples}) must be at least --batch-size ({args.batch_size})")
+    return args
 
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.eval_only:
-        out = Path(args.out)
-        report = evaluate(load_checkpoint(out / "model.bin"), load_tokenizer(out / "tokenizer.bin"), n=args.eval_n)
-        print(json.dumps(report, indent=1))
-        return
-    run(args)
+    try:
+        if args.eval_only:
+            out = Path(args.out)
+            model, tok = load_checkpoint(out / "model.bin"), load_tokenizer(out / "tokenizer.bin")
+            print(json.dumps(evaluate(model, tok, n=args.eval_n), indent=1))
+            return
+        run(args)
+    except (TrainError, CheckpointError, TokenizerError) as e:
+        # Bad files or arguments: one clear line naming the thing, not a traceback.
+        sys.exit(f"python -m models.train: error: {e}")
 
 
 if __name__ == "__main__":

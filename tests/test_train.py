@@ -291,3 +291,17 @@ def test_whole_run_writes_the_shipped_files_and_resumes(tmp_path):
     assert resumed["train"]["steps"] == 60
     with pytest.raises(TrainError, match="short_frac"):
         run(parse_args(argv + ["--resume", "--short-frac", "0.5"]))
+
+
+def test_bad_files_and_arguments_get_one_clear_error(tmp_path, capsys):
+    from models.train import main
+    with pytest.raises(SystemExit, match=r"model\.bin.*expected an existing checkpoint file"):
+        main(["--eval-only", "--out", str(tmp_path / "missing")])
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train_state.pt").write_bytes(b"not a torch file")
+    with pytest.raises(SystemExit, match=r"train_state\.pt: cannot read the training state"):
+        main(["--out", str(tmp_path / "out"), "--work", str(work), "--resume", "--steps", "2"])
+    with pytest.raises(SystemExit):
+        main(["--short-frac", "1.5"])
+    assert "--short-frac must be in [0, 1)" in capsys.readouterr().err
