@@ -42,9 +42,9 @@ def _dtype(name: str | None, device):
 
 def load_model_and_tokenizer(checkpoint, tokenizer_path, device, dtype):
     """The checkpoint and tokenizer (default: the embedded model), checked against each other."""
-    from models.checkpoint import check_vocab
-    from models.llama import load_checkpoint
-    from models.tokenizer import load_tokenizer
+    from batchmask.models.checkpoint import check_vocab
+    from batchmask.models.llama import load_checkpoint
+    from batchmask.models.tokenizer import load_tokenizer
 
     if checkpoint is None:
         checkpoint = DEFAULT_DIR / "model.bin"
@@ -262,7 +262,7 @@ def cmd_ablate(args) -> int:
 
 
 def cmd_compile(args) -> int:
-    from models.tokenizer import load_tokenizer
+    from batchmask.models.tokenizer import load_tokenizer
 
     from .compiler import compile_grammar
     registry = load_registry(args.tools)

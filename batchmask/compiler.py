@@ -258,7 +258,7 @@ def _first_of_each(inverse: torch.Tensor) -> torch.Tensor:
 
 
 def compile_grammar(registry: ToolRegistry, tokenizer, max_string: int = 256, utf8: bool = True,
-                    device="cpu") -> "CompiledGrammar":
+                    device="cpu") -> CompiledGrammar:
     """Compile `registry` against `tokenizer`'s vocabulary into a CompiledGrammar on `device`.
 
     `tokenizer` needs `token_bytes` (list[bytes], b"" for ids with no text), `eos_id`, and
@@ -277,7 +277,7 @@ def compile_grammar(registry: ToolRegistry, tokenizer, max_string: int = 256, ut
         torch.set_num_threads(threads)
 
 
-def _compile(registry, tokenizer, max_string, utf8, dev) -> "CompiledGrammar":
+def _compile(registry, tokenizer, max_string, utf8, dev) -> CompiledGrammar:
     t0 = time.perf_counter()
     paths = tool_paths(registry, max_string)
     dfa = build_byte_dfa(paths, utf8=utf8)
@@ -370,7 +370,8 @@ def _factor_rows(dfa: ByteDFA, rows, row_state, relative, S: int, far_depth):
 
     In a value state's row, a move that stays inside the value (`relative`) is stored relative
     to the state (code -2 - (target - state), always <= -3: a value only grows); every other
-    move (closing the value, even into the next value or the end) stays absolute; -1 is illegal. Value states far from both ends of their block then have
+    move (closing the value, even into the next value or the end) stays absolute; -1 is illegal.
+    Value states far from both ends of their block then have
     identical rows per sub-state, and equal rows anywhere are stored once: R stays in the
     hundreds whatever max_string is, and the table is a few hundred KB instead of S x C.
     """
@@ -509,7 +510,7 @@ class CompiledGrammar:
             self._class_next = decode_next(self.row_next[self.state_row.long()], states).to(torch.int32)
         return self._class_next
 
-    def to(self, device) -> "CompiledGrammar":
+    def to(self, device) -> CompiledGrammar:
         g = CompiledGrammar(self.token_class.to(device), self.state_row.to(device), self.row_next.to(device),
                             self.legal_count.to(device), self.final.to(device), self.start, self.eos_id,
                             self.done_state, self.token_bytes, self.meta, self.dfa)
@@ -576,7 +577,7 @@ class CompiledGrammar:
 
     @classmethod
     def load(cls, path, device="cpu", registry: ToolRegistry | None = None, tokenizer=None,
-             max_string: int | None = None, utf8: bool | None = None) -> "CompiledGrammar":
+             max_string: int | None = None, utf8: bool | None = None) -> CompiledGrammar:
         """Load a cache file, refusing one built for another registry, vocabulary or options.
 
         With `tokenizer` (and `registry`, options) given, the file must have been built for them. Without,

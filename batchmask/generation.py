@@ -15,12 +15,12 @@ refills; the masking, sampling and grammar bookkeeping stay on the device.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
-from models import sampling
+from batchmask.models import sampling
 
 from .masker import BatchMasker
 from .prompt import parse_call, render_prompt

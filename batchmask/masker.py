@@ -14,8 +14,8 @@ import os
 
 import torch
 
-from kernels import mask_torch
-from kernels.mask_torch import Rows, Tables, make_tables
+from batchmask.kernels import mask_torch
+from batchmask.kernels.mask_torch import Rows, Tables, make_tables
 
 LOGIT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -240,7 +240,7 @@ def _pick_backend(backend: str, device: torch.device) -> str:
 def _load_kernels(backend: str):
     if backend != "triton":
         return None
-    from kernels import mask_triton  # imports triton: only when asked for
+    from batchmask.kernels import mask_triton  # imports triton: only when asked for
     return mask_triton
 
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
 
 ARG_TYPES = ("string", "number")
 # JSON-schema spellings that mean one of ours: an integer is a number on the wire.
@@ -105,12 +105,12 @@ class ToolRegistry:
 
     # --- construction -------------------------------------------------------------------
     @classmethod
-    def defaults(cls) -> "ToolRegistry":
+    def defaults(cls) -> ToolRegistry:
         """answer, calc(expr), read_file(path), list_dir(path), write_file(path, text)."""
         return cls(_DEFAULT_TOOLS, source="<defaults>")
 
     @classmethod
-    def from_json(cls, path) -> "ToolRegistry":
+    def from_json(cls, path) -> ToolRegistry:
         """Read `{"tools": [...]}` (or a bare list) of native or function-calling tool entries."""
         path = Path(path)
         try:
@@ -126,7 +126,7 @@ class ToolRegistry:
         return cls.from_obj(obj, source=str(path))
 
     @classmethod
-    def from_obj(cls, obj, source: str = "<registry>") -> "ToolRegistry":
+    def from_obj(cls, obj, source: str = "<registry>") -> ToolRegistry:
         entries = obj.get("tools") if isinstance(obj, dict) else obj
         if not isinstance(entries, list):
             raise RegistryError(f"{source}: expected {{\"tools\": [...]}} or a list of tools, "

@@ -29,7 +29,7 @@ def synthetic_vocab(size: int, seed: int = 0):
     import random
     from types import SimpleNamespace
 
-    from models.tokenizer import load_tokenizer
+    from batchmask.models.tokenizer import load_tokenizer
 
     base = load_tokenizer(LLAMA).token_bytes
     rng = random.Random(seed)
@@ -52,7 +52,7 @@ def synthetic_vocab(size: int, seed: int = 0):
 
 def load_vocab(name: str):
     if name == "llama2":
-        from models.tokenizer import load_tokenizer
+        from batchmask.models.tokenizer import load_tokenizer
         return load_tokenizer(LLAMA)
     return synthetic_vocab(int(name.removeprefix("synthetic")))
 

@@ -58,16 +58,24 @@ sys.path.insert(0, str(ROOT))
 
 import triton  # noqa: E402
 import triton.testing  # noqa: E402
+from batchmask.kernels import mask_torch, mask_triton  # noqa: E402
+from batchmask.kernels.mask_torch import Rows, make_tables  # noqa: E402
+from batchmask.models.checkpoint import ModelConfig  # noqa: E402
 
 from batchmask.compiler import compile_grammar  # noqa: E402
 from batchmask.registry import ToolRegistry  # noqa: E402
-from benchmarks.generate import (GraphedDecode, MemoEncode, find_tokenizer, make_tasks, random_model,  # noqa: E402
-                                 run_generation, step_overhead, synthetic_tokenizer)
+from benchmarks.generate import (  # noqa: E402
+    GraphedDecode,
+    MemoEncode,
+    find_tokenizer,
+    make_tasks,
+    random_model,
+    run_generation,
+    step_overhead,
+    synthetic_tokenizer,
+)
 from benchmarks.mask import masker_steps, widen  # noqa: E402
 from benchmarks.model import STORIES15M  # noqa: E402
-from kernels import mask_torch, mask_triton  # noqa: E402
-from kernels.mask_torch import Rows, make_tables  # noqa: E402
-from models.checkpoint import ModelConfig  # noqa: E402
 from tests.grammar_fixtures import make_random_grammar  # noqa: E402
 
 LOGIT_DTYPES = [torch.float32, torch.bfloat16, torch.float16]

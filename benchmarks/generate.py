@@ -38,16 +38,17 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # runnable as a script from anywhere
 
+from batchmask.models import sampling  # noqa: E402
+from batchmask.models.checkpoint import ModelConfig, random_weights, write_checkpoint  # noqa: E402
+from batchmask.models.llama import load_checkpoint  # noqa: E402
+from batchmask.models.tokenizer import Tokenizer, load_tokenizer  # noqa: E402
+
 from batchmask.compiler import compile_grammar  # noqa: E402
 from batchmask.generation import BatchGenerator, GenerationConfig, encode_prompts  # noqa: E402
 from batchmask.masker import BatchMasker  # noqa: E402
 from batchmask.prompt import catalogue  # noqa: E402
 from batchmask.registry import ToolRegistry  # noqa: E402
 from benchmarks.model import STORIES15M, idle_cores, sync  # noqa: E402
-from models import sampling  # noqa: E402
-from models.checkpoint import ModelConfig, random_weights, write_checkpoint  # noqa: E402
-from models.llama import load_checkpoint  # noqa: E402
-from models.tokenizer import Tokenizer, load_tokenizer  # noqa: E402
 
 TOKENIZER = ROOT.parent / "shared" / "llama2" / "tokenizer.model"
 BATCHES = [1, 16, 64]

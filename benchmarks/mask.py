@@ -45,9 +45,10 @@ VOCABS = [32000, 128 * 1024]
 def load_grammar(device: str):
     """(grammar, description, registry or None): the real compiled registry if possible, else synthetic."""
     try:
+        from batchmask.models.tokenizer import load_tokenizer
+
         from batchmask.compiler import compile_grammar
         from batchmask.registry import ToolRegistry
-        from models.tokenizer import load_tokenizer
         if TOKENIZER.exists():
             reg = ToolRegistry.defaults()
             g = compile_grammar(reg, load_tokenizer(str(TOKENIZER)), device=device)

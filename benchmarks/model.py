@@ -25,8 +25,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from models.checkpoint import ModelConfig, random_weights, write_checkpoint  # noqa: E402
-from models.llama import load_checkpoint  # noqa: E402
+from batchmask.models.checkpoint import ModelConfig, random_weights, write_checkpoint  # noqa: E402
+from batchmask.models.llama import load_checkpoint  # noqa: E402
 
 STORIES15M = ModelConfig(dim=288, hidden_dim=768, n_layers=6, n_heads=6, n_kv_heads=6, vocab_size=32000, seq_len=256)
 PROMPT_LEN = 16  # decode starts after a prompt of this length in every row

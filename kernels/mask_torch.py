@@ -21,8 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-
-from kernels import rng
+from batchmask.kernels import rng
 
 
 @dataclass
@@ -494,8 +493,9 @@ def sample_(logits: torch.Tensor, rows: Rows, t: Tables, temperature: float = 0.
     advance(tokens) replaces the torch advance_ (the Triton backend passes its own).
 
     Rows are processed in chunks so the [b, V] temporaries (scores, noise) stay a few MB even at B=1024, V=128K;
-    a row's draw does not depend on the chunking (its key is (seed, rows.key or row index, step)). On the CPU, without top-p,
-    each chunk takes choose_tokens_sparse (the same tokens as choose_tokens, far fewer [b, V] passes).
+    a row's draw does not depend on the chunking (its key is (seed, rows.key or row index,
+    step)). On the CPU, without top-p, each chunk takes choose_tokens_sparse (the same tokens as choose_tokens,
+    far fewer [b, V] passes).
     """
     B, V = logits.shape[0], t.vocab_size
     chunk = rows_per_chunk or max(1, (1 << 22) // V)

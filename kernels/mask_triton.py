@@ -15,10 +15,8 @@ machine without a GPU set TRITON_INTERPRET=1 before this module is first importe
 import torch
 import triton
 import triton.language as tl
-
-from kernels import rng
-from kernels.mask_torch import Rows, Tables
-
+from batchmask.kernels import rng
+from batchmask.kernels.mask_torch import Rows, Tables
 
 # ----------------------------------------------------------------------------------------------------------
 # the counter hash (same constants as rng.py; tests check the two agree bit for bit)

@@ -99,7 +99,7 @@ class ModelConfig:
     def kv_dim(self) -> int:
         return self.n_kv_heads * self.head_dim
 
-    def validate(self, path="<config>") -> "ModelConfig":
+    def validate(self, path="<config>") -> ModelConfig:
         """Raise CheckpointError unless the shape parameters describe a buildable model."""
         for field in PARAM_FIELDS:
             value = getattr(self, field)

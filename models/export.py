@@ -1,6 +1,6 @@
 """Convert a llama2.c checkpoint between its formats.
 
-    python -m models.export IN.bin OUT.bin --version 2 [--group-size 64]
+    python -m batchmask.models.export IN.bin OUT.bin --version 2 [--group-size 64]
 
 version 0: llama2.c's legacy float32 layout (what stories15M/42M/110M ship as); 1: the `ak42`
 float32 layout with a 256-byte header; 2: int8 Q8_0 with per-group float32 scales (runq.c's).
@@ -15,7 +15,7 @@ from .checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m models.export", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m batchmask.models.export", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("src", help="checkpoint to read (any version)")
     ap.add_argument("dst", help="checkpoint to write")

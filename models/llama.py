@@ -51,8 +51,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
-from models.checkpoint import ModelConfig, read_checkpoint, rope_tables, weight_shapes
+from batchmask.models.checkpoint import ModelConfig, read_checkpoint, rope_tables, weight_shapes
 
 NORM_EPS = 1e-5
 
@@ -222,7 +221,7 @@ class Transformer(nn.Module):
     # ------------------------------------------------------------------ weights
 
     @torch.no_grad()
-    def load_weights(self, weights: dict[str, torch.Tensor]) -> "Transformer":
+    def load_weights(self, weights: dict[str, torch.Tensor]) -> Transformer:
         """Copy checkpoint-named weights (models/checkpoint.py) into the (fused) parameters."""
         expected = weight_shapes(self.config)
         if set(weights) != set(expected) or any(tuple(weights[n].shape) != s for n, s in expected.items()):

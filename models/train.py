@@ -1,8 +1,8 @@
 """Train the default model: a SentencePiece vocabulary and a small llama2.c Transformer, on the CPU.
 
-    python -m models.train --out models/default --minutes 26.5 --threads 2           # train, write, evaluate
-    python -m models.train --out models/default --minutes 26.5 --threads 2 --resume  # after an interruption
-    python -m models.train --out models/default --eval-only                          # evaluate the shipped model
+    python -m batchmask.models.train --out models/default --minutes 26.5 --threads 2           # train, write, evaluate
+    python -m batchmask.models.train --out models/default --minutes 26.5 --threads 2 --resume  # after an interruption
+    python -m batchmask.models.train --out models/default --eval-only                          # evaluate the shipped model
 
 Data: generated tool-use tasks (batchmask/taskgen.py). Each example is the exact token sequence
 generation will see:
@@ -35,13 +35,13 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from batchmask.models.checkpoint import CheckpointError, ModelConfig, write_checkpoint
+from batchmask.models.llama import Transformer, load_checkpoint
+from batchmask.models.tokenizer import Tokenizer, TokenizerError, load_tokenizer
 
 from batchmask.prompt import render_call, render_prompt
 from batchmask.registry import ToolRegistry
 from batchmask.taskgen import KIND_WEIGHTS, Example, judge, make_examples
-from models.checkpoint import CheckpointError, ModelConfig, write_checkpoint
-from models.llama import Transformer, load_checkpoint
-from models.tokenizer import Tokenizer, TokenizerError, load_tokenizer
 
 # Defaults sized for ~28 minutes on 2 CPU cores (see models/default/CARD.md): ~1M parameters.
 DEFAULT_CONFIG = dict(dim=128, hidden_dim=384, n_layers=4, n_heads=4, n_kv_heads=4, seq_len=512)
@@ -557,7 +557,7 @@ def run(args) -> dict:
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m models.train", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m batchmask.models.train", description=__doc__.split("\n")[0])
     p.add_argument("--out", default="models/default", help="where the shipped files go")
     p.add_argument("--work", default="runs/train", help="training state and encoded data (not shipped)")
     p.add_argument("--minutes", type=float, default=23.0, help="training time budget (the loop; setup and "
@@ -611,7 +611,7 @@ def main(argv=None):
         run(args)
     except (TrainError, CheckpointError, TokenizerError) as e:
         # Bad files or arguments: one clear line naming the thing, not a traceback.
-        sys.exit(f"python -m models.train: error: {e}")
+        sys.exit(f"python -m batchmask.models.train: error: {e}")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ progress and asks Python's decoder whether they can still become a character.
 """
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache, lru_cache
 
 
 def build_paths(tools, max_string):
@@ -41,7 +41,7 @@ def char_len(lead: int) -> int:
     return 0  # never a lead byte
 
 
-@lru_cache(maxsize=None)
+@cache
 def can_become_char(partial: bytes) -> bool:
     """Is `partial` a prefix of some well-formed UTF-8 character? Asked of the decoder itself."""
     n = char_len(partial[0])

@@ -5,10 +5,19 @@ import struct
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
-
-from models.checkpoint import (MAGIC, CheckpointError, ModelConfig, check_vocab, random_weights,
-                               read_checkpoint, read_config, weight_shapes, write_checkpoint)
+from batchmask.models.checkpoint import (
+    MAGIC,
+    CheckpointError,
+    ModelConfig,
+    check_vocab,
+    random_weights,
+    read_checkpoint,
+    read_config,
+    weight_shapes,
+    write_checkpoint,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 CONFIGS = {
     "mha_shared": ModelConfig(dim=32, hidden_dim=64, n_layers=2, n_heads=4, n_kv_heads=4, vocab_size=50, seq_len=16),
@@ -320,7 +329,7 @@ def test_check_vocab(tmp_path):
 
 
 def test_export_tool_converts_between_versions(tmp_path, capsys):
-    from models.export import main as export_main
+    from batchmask.models.export import main as export_main
     config = ModelConfig(dim=32, hidden_dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=50, seq_len=16)
     weights = random_weights(config, seed=3)
     src = tmp_path / "v0.bin"

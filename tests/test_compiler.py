@@ -9,10 +9,10 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from seed_oracle import Oracle
 
 from batchmask.compiler import CompiledGrammar, GrammarCacheError, compile_grammar
 from batchmask.registry import Tool, ToolArg, ToolRegistry
-from seed_oracle import Oracle
 
 LLAMA = Path(__file__).resolve().parents[1].parent / "shared" / "llama2"
 
@@ -131,7 +131,7 @@ def test_bad_max_string_is_refused():
 # --- the real Llama 2 vocabulary ------------------------------------------------------------
 @pytest.fixture(scope="module")
 def llama_vocab():
-    tok = pytest.importorskip("models.tokenizer")
+    tok = pytest.importorskip("batchmask.models.tokenizer")
     if not (LLAMA / "tokenizer.model").exists():
         pytest.skip("../shared/llama2 not present")
     return tok.load_tokenizer(LLAMA / "tokenizer.model")

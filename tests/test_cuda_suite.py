@@ -104,7 +104,7 @@ import sys
 sys.argv = ["cuda_suite.py", "--smoke", {str(out)!r}]
 sys.path.insert(0, {str(ROOT)!r})
 from benchmarks import cuda_suite
-from kernels import mask_triton
+from batchmask.kernels import mask_triton
 real = mask_triton.sample_
 def off_by_one(*args, **kwargs):  # greedy picks the right token, then reports its neighbour
     tokens, counts = real(*args, **kwargs)

@@ -11,15 +11,15 @@ import time
 from pathlib import Path
 
 import pytest
+from batchmask.models.checkpoint import ModelConfig, random_weights, write_checkpoint
+from batchmask.models.llama import Transformer
+from batchmask.models.tokenizer import Tokenizer
 
 from batchmask.cli import main
 from batchmask.compiler import compile_grammar
 from batchmask.generation import BatchGenerator, GenerationConfig
 from batchmask.prompt import parse_call
 from batchmask.registry import Tool, ToolArg, ToolRegistry
-from models.checkpoint import ModelConfig, random_weights, write_checkpoint
-from models.llama import Transformer
-from models.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 FRAGMENTS = ['{"', '":"', '","', '"}}', '"}', 'tool', 'args', 'calc', 'read', '_file', 'path', 'text', 'expr',

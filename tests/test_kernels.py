@@ -16,13 +16,13 @@ if not torch.cuda.is_available():
 
 import numpy as np
 import pytest
+from batchmask.kernels import mask_torch, rng
+from batchmask.kernels.mask_torch import Rows, make_tables
 
-from kernels import mask_torch, rng
-from kernels.mask_torch import Rows, make_tables
 from tests.grammar_fixtures import make_random_grammar
 
 triton = pytest.importorskip("triton")
-from kernels import mask_triton  # noqa: E402  (after TRITON_INTERPRET is set)
+from batchmask.kernels import mask_triton  # noqa: E402  (after TRITON_INTERPRET is set)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]

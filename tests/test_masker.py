@@ -39,13 +39,13 @@ def masker_at(g, states: list[int], backend="torch", **kw) -> BatchMasker:
     return m
 
 
-def walk(m: BatchMasker, steps: int, seed: int = 0, temperature: float = 1.0) -> list[torch.Tensor]:
+def walk(m: BatchMasker, steps: int, seed: int = 0, temperature: float = 1.0, top_p: float = 1.0) -> list[torch.Tensor]:
     """Sample `steps` steps from random logits; returns the tokens of each step."""
     gen = torch.Generator().manual_seed(seed)
     out = []
     for _ in range(steps):
         logits = torch.randn(m.batch_size, m.tables.vocab_size, generator=gen).to(DEVICE)
-        out.append(m.sample(logits, temperature=temperature, seed=seed))
+        out.append(m.sample(logits, temperature=temperature, top_p=top_p, seed=seed))
     return out
 
 
@@ -281,7 +281,8 @@ def test_backends_sample_the_same_tokens():
     a = BatchMasker(g, 4, device=DEVICE, backend="torch")
     b = BatchMasker(g, 4, device=DEVICE, backend="triton")
     for T, top_p in [(0.0, 1.0), (1.0, 1.0), (0.7, 0.9), (1.0, 1.0)]:
-        walk_a, walk_b = walk(a, 3, seed=14, temperature=T), walk(b, 3, seed=14, temperature=T)
+        walk_a = walk(a, 3, seed=14, temperature=T, top_p=top_p)
+        walk_b = walk(b, 3, seed=14, temperature=T, top_p=top_p)
         assert all(torch.equal(x, y) for x, y in zip(walk_a, walk_b))
     assert torch.equal(a.states, b.states) and [a.text(r) for r in range(4)] == [b.text(r) for r in range(4)]
 
@@ -311,9 +312,10 @@ def test_int32_tables_work_like_int16():
 
 def real_grammar():
     try:
+        from batchmask.models.tokenizer import load_tokenizer
+
         from batchmask.compiler import compile_grammar
         from batchmask.registry import ToolRegistry
-        from models.tokenizer import load_tokenizer
     except ImportError as e:
         pytest.skip(f"real compiler / tokenizer not available yet: {e}")
     if not (LLAMA2 / "tokenizer.model").exists():
@@ -351,7 +353,7 @@ def test_real_grammar_walk(llama_grammar):
 def test_real_grammar_sparse_paths_match_dense(llama_grammar):
     """On the CPU the torch backend masks and samples through short token lists; at rows inside string values
     (few illegal tokens) and at literal rows (few legal ones) it must give the dense reference's results."""
-    from kernels import mask_torch
+    from batchmask.kernels import mask_torch
     g = llama_grammar
     legal = g.legal_count.cpu().long()
     value = (legal * 2 >= g.vocab_size).nonzero()[:, 0]

@@ -5,10 +5,9 @@ import math
 import numpy as np
 import pytest
 import torch
-
-from models.checkpoint import ModelConfig, random_weights, write_checkpoint
-from models.llama import ContextOverflowError, Transformer, load_checkpoint
-from models.sampling import greedy
+from batchmask.models.checkpoint import ModelConfig, random_weights, write_checkpoint
+from batchmask.models.llama import ContextOverflowError, Transformer, load_checkpoint
+from batchmask.models.sampling import greedy
 
 CONFIGS = {
     "mha_shared": ModelConfig(dim=32, hidden_dim=64, n_layers=2, n_heads=4, n_kv_heads=4, vocab_size=50, seq_len=16),

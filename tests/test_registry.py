@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from batchmask.prompt import parse_call, render_call, render_prompt, SCAFFOLD
+from batchmask.prompt import SCAFFOLD, parse_call, render_call, render_prompt
 from batchmask.registry import RegistryError, Tool, ToolArg, ToolRegistry
 
 

@@ -2,8 +2,7 @@
 
 import pytest
 import torch
-
-from models.sampling import greedy, sample, uniform
+from batchmask.models.sampling import greedy, sample, uniform
 
 
 def run_c_sample_topp(probs, topp, coin):
@@ -53,7 +52,8 @@ def test_row_draw_does_not_depend_on_batch_company():
     g = torch.Generator().manual_seed(1)
     logits = torch.randn(6, 100, generator=g)
     seeds, steps = torch.arange(6) * 17, torch.arange(6) + 3
-    kw = dict(temperature=torch.tensor([0.7, 1.0, 1.3, 1.0, 0.9, 1.1]), top_p=torch.tensor([0.9, 1.0, 0.5, 0.95, 1.0, 0.8]),
+    kw = dict(temperature=torch.tensor([0.7, 1.0, 1.3, 1.0, 0.9, 1.1]),
+              top_p=torch.tensor([0.9, 1.0, 0.5, 0.95, 1.0, 0.8]),
               top_k=torch.tensor([0, 5, 0, 20, 0, 3]))
     together = sample(logits, seeds, steps, **kw)
     for b in range(6):

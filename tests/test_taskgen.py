@@ -7,8 +7,20 @@ import pytest
 
 from batchmask.prompt import parse_call, render_call
 from batchmask.registry import ToolRegistry
-from batchmask.taskgen import (KIND_TOOL, KIND_WEIGHTS, NUMBER_POOLS, TRAIN_KIND_WEIGHTS, ExprError, eval_expr, expected_result,
-                               judge, make_examples, number_words, sayable, template_pools)
+from batchmask.taskgen import (
+    KIND_TOOL,
+    KIND_WEIGHTS,
+    NUMBER_POOLS,
+    TRAIN_KIND_WEIGHTS,
+    ExprError,
+    eval_expr,
+    expected_result,
+    judge,
+    make_examples,
+    number_words,
+    sayable,
+    template_pools,
+)
 
 REG = ToolRegistry.defaults()
 N = 1500

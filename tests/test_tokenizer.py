@@ -9,10 +9,9 @@ import struct
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
-
-from models.tokenizer import (BYTE, CONTROL, NORMAL, UNKNOWN, Tokenizer, TokenizerError,
-                              load_tokenizer)
+from batchmask.models.tokenizer import BYTE, CONTROL, NORMAL, UNKNOWN, Tokenizer, TokenizerError, load_tokenizer
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 spm = pytest.importorskip("sentencepiece")
 
@@ -398,7 +397,7 @@ TOY_MERGES = {"▁a": -1.0, "ab": -1.0, "bc": -2.0, "abc": -0.5, "aa": -1.0, "�
               "▁▁": -4.0, "cab": -0.25, "aab": -1.5}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def toy_tokenizer():
     pieces = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + ["▁", "a", "b", "c"]
     pieces += list(TOY_MERGES)

@@ -5,16 +5,29 @@ from pathlib import Path
 import pytest
 import sentencepiece as spm
 import torch
+from batchmask.models.checkpoint import ModelConfig, read_checkpoint
+from batchmask.models.llama import Transformer, load_checkpoint
+from batchmask.models.tokenizer import load_tokenizer
+from batchmask.models.train import (
+    ExampleEncoder,
+    TrainError,
+    build_dataset,
+    common_prefix,
+    encode_example,
+    forward_shared_prefix,
+    load_state,
+    lr_at,
+    make_optimizer,
+    masked_loss,
+    sample_batch,
+    save_state,
+    train_steps,
+    train_tokenizer,
+)
 
 from batchmask.prompt import parse_call, render_call, render_prompt
 from batchmask.registry import ToolRegistry
 from batchmask.taskgen import make_examples
-from models.checkpoint import ModelConfig, read_checkpoint
-from models.llama import Transformer, load_checkpoint
-from models.tokenizer import load_tokenizer
-from models.train import (ExampleEncoder, TrainError, build_dataset, common_prefix, encode_example,
-                          forward_shared_prefix, load_state, lr_at, make_optimizer, masked_loss, sample_batch,
-                          save_state, train_steps, train_tokenizer)
 
 REG = ToolRegistry.defaults()
 DEFAULT = Path(__file__).resolve().parents[1] / "models" / "default"
@@ -265,7 +278,7 @@ def test_shipped_checkpoint_and_tokenizers_agree():
 
 def test_shipped_model_writes_a_call():
     """Greedy, unmasked, on one held-out task: the model alone already produces a valid call."""
-    from models.train import greedy_calls
+    from batchmask.models.train import greedy_calls
     model = load_checkpoint(DEFAULT / "model.bin")
     tok = load_tokenizer(DEFAULT / "tokenizer.bin")
     ex = next(e for e in make_examples(20, seed=11, split="eval") if e.kind == "read")
@@ -276,8 +289,8 @@ def test_shipped_model_writes_a_call():
 
 
 def test_whole_run_writes_the_shipped_files_and_resumes(tmp_path):
-    """`python -m models.train` end to end on a tiny config: curriculum, files, evaluation, resume."""
-    from models.train import parse_args, run
+    """`python -m batchmask.models.train` end to end on a tiny config: curriculum, files, evaluation, resume."""
+    from batchmask.models.train import parse_args, run
     argv = ["--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--steps", "40", "--save-every", "20",
             "--n-examples", "200", "--dim", "32", "--hidden-dim", "64", "--n-layers", "2", "--eval-n", "4"]
     report = run(parse_args(argv))
@@ -294,7 +307,7 @@ def test_whole_run_writes_the_shipped_files_and_resumes(tmp_path):
 
 
 def test_bad_files_and_arguments_get_one_clear_error(tmp_path, capsys):
-    from models.train import main
+    from batchmask.models.train import main
     with pytest.raises(SystemExit, match=r"model\.bin.*expected an existing checkpoint file"):
         main(["--eval-only", "--out", str(tmp_path / "missing")])
     work = tmp_path / "work"
