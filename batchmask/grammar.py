@@ -11,6 +11,22 @@ path of two kinds of segment:
 
 For calc that is  Lit('{"tool":"calc","args":{"expr":"')  Str  Lit('"}}').
 A tool with no required args is the single literal '{"tool":"NAME","args":{}}'.
+
+Typed tools (JSON Schema, issue 13) need more than linear paths: the grammar of a call is then a
+tree of the node types below (the schema front-end builds it, the automaton builder compiles it).
+Every node is bounded, so every call has a finite longest form:
+
+    Lit(text)             exactly these bytes (may be empty)
+    Seq(items)            one after another
+    Alt(options)          exactly one of them; ties in `finish` go to the first
+    ByteSet(mask)         one byte from a set (mask: 256 bools, as bytes 0/1)
+    Repeat(item, min, max) item, min..max times (unrolled by the builder)
+    Str(min, max)         the seed's value body (bytes; closing quote in the next Lit)
+    JsonStr(min, max)     a JSON string body, min..max characters: raw UTF-8 characters (whole,
+                          valid) except '"', '\\' and U+0000-U+001F, U+007F; the escapes
+                          \\" \\\\ \\b \\f \\n \\r \\t and \\u00XX (only for the characters
+                          that may not be raw); an escape counts as one character. The closing
+                          quote is the first byte of what follows.
 """
 from __future__ import annotations
 
@@ -60,3 +76,42 @@ def tool_paths(registry: ToolRegistry, max_string: int) -> list[tuple[Segment, .
 def is_body_byte(b: int) -> bool:
     """Bytes a value may hold: printable, no quote, no backslash -- so no escapes, ever."""
     return b >= 0x20 and b != QUOTE and b != BACKSLASH
+
+
+# --- typed grammar nodes (see the module docstring) ---------------------------------------------------
+@dataclass(frozen=True)
+class Seq:
+    items: tuple
+
+
+@dataclass(frozen=True)
+class Alt:
+    options: tuple
+
+
+@dataclass(frozen=True)
+class ByteSet:
+    mask: bytes            # 256 bytes, each 0 or 1: mask[b] == 1 where byte b is allowed
+
+    @staticmethod
+    def of(allowed) -> "ByteSet":
+        m = bytearray(256)
+        for b in allowed:
+            m[b] = 1
+        return ByteSet(bytes(m))
+
+
+@dataclass(frozen=True)
+class Repeat:
+    item: object
+    min: int
+    max: int
+
+
+@dataclass(frozen=True)
+class JsonStr:
+    min: int
+    max: int
+
+
+Node = Lit | Str | Seq | Alt | ByteSet | Repeat | JsonStr
