@@ -94,7 +94,7 @@ class ByteSet:
     mask: bytes            # 256 bytes, each 0 or 1: mask[b] == 1 where byte b is allowed
 
     @staticmethod
-    def of(allowed) -> "ByteSet":
+    def of(allowed) -> ByteSet:
         m = bytearray(256)
         for b in allowed:
             m[b] = 1
