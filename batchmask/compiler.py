@@ -33,6 +33,7 @@ import torch
 from . import utf8 as U
 from .dfa import ByteDFA, build_byte_dfa, byte_table
 from .grammar import QUOTE, tool_paths
+from .next_codes import decode_next, encode_relative
 from .registry import ToolRegistry
 
 CACHE_FORMAT = "batchmask-grammar/2"
@@ -376,7 +377,7 @@ def _factor_rows(dfa: ByteDFA, rows, row_state, relative, S: int, far_depth):
     hundreds whatever max_string is, and the table is a few hundred KB instead of S x C.
     """
     dev = rows.device
-    codes = torch.where(relative, -2 - (rows - row_state[:, None]), rows)           # [n_rows, C]
+    codes = torch.where(relative, encode_relative(rows, row_state[:, None]), rows)           # [n_rows, C]
     row_of, uniq = _classes_of(codes)
     row_next = codes[uniq]
     state_row = torch.full((S,), -1, dtype=torch.int64, device=dev)
@@ -437,12 +438,6 @@ def _hash_vocab(token_bytes, eos_id) -> str:
     h.update(b"".join(token_bytes))
     h.update(int(eos_id).to_bytes(8, "little"))
     return h.hexdigest()
-
-
-def decode_next(codes: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
-    """Row-table codes -> next states: >= 0 absolute, -1 illegal, <= -2 relative (state + (-2 - code))."""
-    codes = codes.long()
-    return torch.where(codes >= 0, codes, torch.where(codes == -1, codes, states - 2 - codes))
 
 
 class CompiledGrammar:

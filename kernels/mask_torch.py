@@ -8,7 +8,7 @@ by token classes and by rows of states:
     code = row_next[state_row[state], token_class[token]]
     next_state = code if code >= 0;  illegal if code == -1;  state - 2 - code if code <= -2 (relative)
 
-(see batchmask.compiler.decode_next). A plain [S, C] table is the special case state_row = arange(S).
+(see batchmask.next_codes). A plain [S, C] table is the special case state_row = arange(S).
 
 All functions work on any device. On the CPU, masking and (non-top-p) sampling take sparse paths that touch
 only the logits that must change (the short side of each row's token set, see ShortSides); they size their
@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from batchmask.kernels import rng
+
+from batchmask.next_codes import decode_next, decode_next_np
 
 
 @dataclass
@@ -55,7 +57,7 @@ class Tables:
 def decode(code: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
     """Next-state codes -> next states (int64): >= 0 absolute, -1 illegal, <= -2 relative to `state`."""
     code = code.long()
-    return torch.where(code >= -1, code, state.long() - 2 - code)
+    return decode_next(code, state)
 
 
 def next_states(state: torch.Tensor, cls: torch.Tensor, t: Tables) -> torch.Tensor:
@@ -301,7 +303,7 @@ def _advance_numpy_(tokens: torch.Tensor, rows: Rows, t: Tables) -> None:
     state, step = rows.state.numpy(), rows.step.numpy()                  # [B] int32 views
     clamped = np.clip(tok, 0, V - 1)
     code = row_next[state_row[state], token_class[clamped]].astype(np.int64)
-    nxt = np.where(code >= -1, code, state - 2 - code)                   # decode (see decode())
+    nxt = decode_next_np(code, state)
     ok = (nxt >= 0) & (clamped == tok)
     moved = ok & (state != t.done_state)
     write = np.flatnonzero(moved & (step < H))
