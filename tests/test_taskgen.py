@@ -1,26 +1,35 @@
-"""The task generator: deterministic, held-out pools really disjoint, every reference call valid."""
+"""The task generator: deterministic, unchanged since the shipped model's training, held-out pools really
+disjoint, every reference call valid. The eval split is the library's (batchmask/taskgen.py), the training
+split the recipe's (recipes/default_model/tasks.py)."""
 import ast
+import hashlib
+import importlib.util
+import json
 import re
+import subprocess
+import sys
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 
 from batchmask.prompt import parse_call, render_call
 from batchmask.registry import ToolRegistry
 from batchmask.taskgen import (
+    EVAL,
     KIND_TOOL,
     KIND_WEIGHTS,
     NUMBER_POOLS,
-    TRAIN_KIND_WEIGHTS,
     ExprError,
+    TaskSplit,
     eval_expr,
     expected_result,
     judge,
     make_examples,
     number_words,
     sayable,
-    template_pools,
 )
+from recipes.default_model.tasks import TRAIN, TRAIN_KIND_TOOL, TRAIN_KIND_WEIGHTS, make_train_examples
 
 REG = ToolRegistry.defaults()
 N = 1500
@@ -28,12 +37,12 @@ N = 1500
 
 @pytest.fixture(scope="module")
 def train():
-    return make_examples(N, seed=0, split="train")
+    return make_train_examples(N, seed=0)
 
 
 @pytest.fixture(scope="module")
 def held_out():
-    return make_examples(N, seed=0, split="eval")
+    return make_examples(N, seed=0)
 
 
 # --- an independent reference: a plainly written recursive-descent evaluator --------------
@@ -89,26 +98,91 @@ def mentioned_numbers(task: str) -> list[int]:
 
 # --- determinism ----------------------------------------------------------------------------
 def test_same_seed_same_examples():
-    assert make_examples(300, seed=7) == make_examples(300, seed=7)
-    assert make_examples(300, seed=7, split="eval") == make_examples(300, seed=7, split="eval")
+    assert make_train_examples(300, seed=7) == make_train_examples(300, seed=7)
+    assert make_examples(300, seed=7) == make_examples(300, seed=7) == make_examples(300, seed=7, split="eval")
 
 
 def test_different_seeds_and_splits_differ():
-    a, b = make_examples(300, seed=7), make_examples(300, seed=8)
+    a, b = make_train_examples(300, seed=7), make_train_examples(300, seed=8)
     assert sum(x != y for x, y in zip(a, b)) > 250
-    assert make_examples(300, seed=7, split="eval") != a
+    assert make_examples(300, seed=7) != a
 
 
 def test_prefix_stable():
     # the first k examples do not depend on how many are asked for
+    assert make_train_examples(50, seed=3) == make_train_examples(200, seed=3)[:50]
     assert make_examples(50, seed=3) == make_examples(200, seed=3)[:50]
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError, match="split"):
+    with pytest.raises(ValueError, match="split must be 'eval' or a TaskSplit, got 'test'"):
         make_examples(3, seed=0, split="test")
+    with pytest.raises(ValueError, match="recipes/default_model/tasks.py"):
+        make_examples(3, seed=0, split="train")
     with pytest.raises(ValueError, match="n must be"):
         make_examples(-1, seed=0)
+
+
+def test_a_split_must_phrase_every_intent_and_generate_every_kind():
+    fields = {f: getattr(EVAL, f) for f in EVAL.__dataclass_fields__}
+    with pytest.raises(ValueError, match="chat intents"):
+        TaskSplit(**(fields | {"chat": {k: v for k, v in EVAL.chat.items() if k != "bye"}}))
+    with pytest.raises(ValueError, match=r"no generator for kinds \['echo'\]"):
+        TaskSplit(**(fields | {"kind_weights": TRAIN_KIND_WEIGHTS}))
+    with pytest.raises(ValueError, match="name pools"):
+        TaskSplit(**(fields | {"names": {"dirs": ("a",)}}))
+
+
+# --- the data the shipped model was trained on does not change -------------------------------
+# The generator as it was when models/default/ was trained (and the eval set was first drawn).
+TRAINED_WITH = "6cd5145bbafe841c09f58f771491bdd05b130c6d"
+# sha256 of canonical() of that generator's make_examples(n, seed, split), computed with it.
+DIGESTS = {
+    ("train", 1, 3000): "0d181a1bc1afd1f39160bfcb653ad3d69a57cf36d1e349d18984c278b271e0af",
+    ("train", 2, 3000): "1cca7e080c6e3f142c01ba50aaa7510ae9550138dcdfda73cdd2ddf73c618038",
+    ("eval", 3, 1000): "425149f2b40da35a5ddb14573336dba4a94eac2338ef448b38bdc0cd4e2454c3",
+    ("eval", 0, 1000): "75a50312e0a06b9908bac07bd50e2e68308f9c8dea862ea4b3eae970f943ff4e",
+}
+
+
+def canonical(examples) -> bytes:
+    """One JSON line per example: every field, arguments in order (the order the call is written in)."""
+    return "".join(json.dumps([e.task, e.tool, e.args, e.kind, None if e.answer is None else str(e.answer)],
+                              ensure_ascii=False) + "\n" for e in examples).encode()
+
+
+def generate(split, seed, n):
+    return make_train_examples(n, seed) if split == "train" else make_examples(n, seed)
+
+
+@pytest.mark.parametrize("split, seed, n", list(DIGESTS))
+def test_examples_are_those_the_shipped_model_was_trained_and_evaluated_on(split, seed, n):
+    assert hashlib.sha256(canonical(generate(split, seed, n))).hexdigest() == DIGESTS[split, seed, n]
+
+
+def test_examples_equal_the_generator_the_shipped_model_was_trained_with():
+    """Draw for draw against that generator's own source, when the clone has the history to show it."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        source = subprocess.run(["git", "show", f"{TRAINED_WITH}:batchmask/taskgen.py"], cwd=root, capture_output=True,
+                                check=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        pytest.skip(f"no git history holding {TRAINED_WITH[:7]} (the digests above still check the data)")
+    name = "batchmask._taskgen_trained_with"
+    spec = importlib.util.spec_from_loader(name, loader=None)
+    old = importlib.util.module_from_spec(spec)
+    old.__package__ = "batchmask"   # its relative imports (prompt, registry) resolve in today's package
+    sys.modules[name] = old         # dataclasses look their module up while building the class
+    try:
+        exec(compile(source, f"{TRAINED_WITH[:7]}:batchmask/taskgen.py", "exec"), old.__dict__)
+        for split, seed, n in [("train", 1, 2000), ("train", 2, 2000), ("train", 0, 500), ("eval", 3, 500),
+                               ("eval", 0, 500), ("eval", 1, 500)]:
+            before, now = old.make_examples(n, seed, split), generate(split, seed, n)
+            assert canonical(before) == canonical(now), (split, seed)
+        assert DIGESTS == {k: hashlib.sha256(canonical(old.make_examples(k[2], k[1], k[0]))).hexdigest()
+                           for k in DIGESTS}
+    finally:
+        del sys.modules[name]
 
 
 # --- every reference call is valid --------------------------------------------------------
@@ -117,7 +191,7 @@ def test_calls_parse_and_name_the_kind_tool(split, train, held_out):
     for ex in train if split == "train" else held_out:
         call, why = parse_call(render_call(ex.tool, ex.args), REG)
         assert call is not None, (ex, why)
-        assert call["tool"] == KIND_TOOL[ex.kind] == ex.tool
+        assert call["tool"] == (TRAIN_KIND_TOOL if split == "train" else KIND_TOOL)[ex.kind] == ex.tool
         assert judge(ex, render_call(ex.tool, ex.args)) == {"parsed": True, "right_tool": True, "right_arg": True}
 
 
@@ -153,7 +227,7 @@ def test_file_paths_are_named_in_the_task(train, held_out):
 
 # --- held out means held out ----------------------------------------------------------------
 def test_template_and_name_pools_are_disjoint():
-    train, held_out = template_pools("train"), template_pools("eval")
+    train, held_out = TRAIN.templates(), EVAL.templates()
     for name in train:
         assert train[name] and held_out[name], name
         assert not train[name] & held_out[name], (name, train[name] & held_out[name])
@@ -163,7 +237,7 @@ def test_template_and_name_pools_are_disjoint():
 
 def test_examples_draw_only_from_their_split(train, held_out):
     for split, examples in (("train", train), ("eval", held_out)):
-        other = template_pools("eval" if split == "train" else "train")
+        other = (EVAL if split == "train" else TRAIN).templates()
         for ex in examples:
             # numbers: every operand mentioned belongs to the split's pool
             if ex.tool == "calc":
@@ -204,14 +278,14 @@ def test_eval_expr_never_runs_code():
 
 
 def test_judge_scores_wrong_calls():
-    ex = next(e for e in make_examples(200, seed=1) if e.kind == "calc_words")
+    ex = next(e for e in make_train_examples(200, seed=1) if e.kind == "calc_words")
     same_value = render_call("calc", {"expr": f"({ex.args['expr']})*1"})
     assert judge(ex, same_value) == {"parsed": True, "right_tool": True, "right_arg": True}
     assert judge(ex, render_call("calc", {"expr": f"({ex.args['expr']})+1"}))["right_arg"] is False
     assert judge(ex, render_call("answer", {"text": "hi"})) == {"parsed": True, "right_tool": False,
                                                                  "right_arg": False}
     assert judge(ex, '{"tool":"calc"') == {"parsed": False, "right_tool": False, "right_arg": False}
-    read = next(e for e in make_examples(200, seed=1) if e.kind == "read")
+    read = next(e for e in make_train_examples(200, seed=1) if e.kind == "read")
     assert judge(read, render_call("read_file", {"path": read.args["path"] + "x"}))["right_arg"] is False
 
 

@@ -1,4 +1,4 @@
-"""The training script's pieces, and the shipped default model in models/default/."""
+"""The default model's recipe (recipes/default_model/), and the shipped default model in models/default/."""
 import argparse
 from pathlib import Path
 
@@ -8,26 +8,22 @@ import torch
 from batchmask.models.checkpoint import ModelConfig, read_checkpoint
 from batchmask.models.llama import Transformer, load_checkpoint
 from batchmask.models.tokenizer import load_tokenizer
-from batchmask.models.train import (
-    ExampleEncoder,
-    TrainError,
-    build_dataset,
-    common_prefix,
-    encode_example,
-    forward_shared_prefix,
-    load_state,
-    lr_at,
-    make_optimizer,
-    masked_loss,
-    sample_batch,
-    save_state,
-    train_steps,
-    train_tokenizer,
-)
 
 from batchmask.prompt import parse_call, render_call, render_prompt
 from batchmask.registry import ToolRegistry
 from batchmask.taskgen import make_examples
+from recipes.default_model.data import ExampleEncoder, build_dataset, common_prefix, encode_example
+from recipes.default_model.state import TrainError, load_state, save_state
+from recipes.default_model.tasks import make_train_examples
+from recipes.default_model.train import (
+    forward_shared_prefix,
+    lr_at,
+    make_optimizer,
+    masked_loss,
+    sample_batch,
+    train_steps,
+)
+from recipes.default_model.vocab import train_tokenizer
 
 REG = ToolRegistry.defaults()
 DEFAULT = Path(__file__).resolve().parents[1] / "models" / "default"
@@ -58,7 +54,7 @@ def test_tokenizer_is_llama2c_shaped_and_matches_sentencepiece(tok, tmp_path):
     assert tok.pieces[3:259] == [f"<0x{b:02X}>" for b in range(256)]
     # the independent reference: sentencepiece itself, on the file train_tokenizer wrote
     sp = spm.SentencePieceProcessor(model_file=str(tok.source))
-    for ex in make_examples(40, seed=9, split="eval"):
+    for ex in make_examples(40, seed=9):
         for text in (render_prompt(REG, ex.task), render_call(ex.tool, ex.args)):
             assert tok.encode(text, bos=False) == sp.encode(text), text
     # the .bin written beside it holds the same vocabulary
@@ -83,7 +79,7 @@ def test_letter_vocabulary_when_asked(tmp_path):
     path = "Invoices/q4-plans_2023.csv"
     assert len(letters.encode(path, bos=False, prefix_space=False)) == len(path)
     sp = spm.SentencePieceProcessor(model_file=str(letters.source))
-    for ex in make_examples(20, seed=4, split="eval"):
+    for ex in make_examples(20, seed=4):
         text = render_prompt(REG, ex.task) + render_call(ex.tool, ex.args)
         assert letters.encode(text, bos=False) == sp.encode(text), text
 
@@ -95,12 +91,12 @@ def test_no_piece_spans_a_newline(tok):
 
 def test_example_encoder_equals_full_encoding(tok):
     encode = ExampleEncoder(tok, REG)
-    for ex in make_examples(100, seed=4) + make_examples(100, seed=4, split="eval"):
+    for ex in make_train_examples(100, seed=4) + make_examples(100, seed=4):
         assert encode(ex) == encode_example(tok, REG, ex)
 
 
 def test_encoded_example_layout(tok):
-    ex = make_examples(1, seed=0)[0]
+    ex = make_train_examples(1, seed=0)[0]
     ids, n_prompt = encode_example(tok, REG, ex)
     assert ids[0] == tok.bos_id and ids[-1] == tok.eos_id
     assert tok.decode_bytes(ids[:n_prompt]).decode() == " " + render_prompt(REG, ex.task)  # the dummy prefix
@@ -110,7 +106,7 @@ def test_encoded_example_layout(tok):
 def test_short_encoder_is_the_full_one_without_the_catalogue(tok):
     full, short = ExampleEncoder(tok, REG), ExampleEncoder(tok, REG, catalogue=False)
     n_head = len(full.head_ids)
-    for ex in make_examples(50, seed=5):
+    for ex in make_train_examples(50, seed=5):
         (f_ids, f_prompt), (s_ids, s_prompt) = full(ex), short(ex)
         assert s_ids[0] == tok.bos_id and s_ids[1:] == f_ids[n_head:]
         assert s_prompt == f_prompt - n_head + 1
@@ -145,7 +141,7 @@ def test_common_prefix():
 
 
 def test_batch_targets_are_exactly_the_call_and_eos(tok):
-    examples = make_examples(12, seed=5)
+    examples = make_train_examples(12, seed=5)
     data = build_dataset(tok, 12, seed=5)
     assert len(data.prefix) > 20  # the catalogue is shared
     inputs, targets = data.batch(torch.arange(12), pad_id=tok.eos_id)
@@ -272,16 +268,16 @@ def test_shipped_checkpoint_and_tokenizers_agree():
     # and sentencepiece reads the .model the same way our tokenizer does
     sp = spm.SentencePieceProcessor(model_file=str(DEFAULT / "tokenizer.model"))
     assert sp.vocab_size() == config.vocab_size
-    task = make_examples(1, seed=0, split="eval")[0].task
+    task = make_examples(1, seed=0)[0].task
     assert from_bin.encode(render_prompt(REG, task), bos=False) == sp.encode(render_prompt(REG, task))
 
 
 def test_shipped_model_writes_a_call():
     """Greedy, unmasked, on one held-out task: the model alone already produces a valid call."""
-    from batchmask.models.train import greedy_calls
+    from recipes.default_model.train import greedy_calls
     model = load_checkpoint(DEFAULT / "model.bin")
     tok = load_tokenizer(DEFAULT / "tokenizer.bin")
-    ex = next(e for e in make_examples(20, seed=11, split="eval") if e.kind == "read")
+    ex = next(e for e in make_examples(20, seed=11) if e.kind == "read")
     (text,) = greedy_calls(model, tok, [ex.task])
     call, why = parse_call(text, REG)
     assert call is not None, (ex.task, text, why)
@@ -289,8 +285,8 @@ def test_shipped_model_writes_a_call():
 
 
 def test_whole_run_writes_the_shipped_files_and_resumes(tmp_path):
-    """`python -m batchmask.models.train` end to end on a tiny config: curriculum, files, evaluation, resume."""
-    from batchmask.models.train import parse_args, run
+    """`python -m recipes.default_model.train` end to end on a tiny config: curriculum, files, evaluation, resume."""
+    from recipes.default_model.train import parse_args, run
     argv = ["--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--steps", "40", "--save-every", "20",
             "--n-examples", "200", "--dim", "32", "--hidden-dim", "64", "--n-layers", "2", "--eval-n", "4"]
     report = run(parse_args(argv))
@@ -307,7 +303,7 @@ def test_whole_run_writes_the_shipped_files_and_resumes(tmp_path):
 
 
 def test_bad_files_and_arguments_get_one_clear_error(tmp_path, capsys):
-    from batchmask.models.train import main
+    from recipes.default_model.train import main
     with pytest.raises(SystemExit, match=r"model\.bin.*expected an existing checkpoint file"):
         main(["--eval-only", "--out", str(tmp_path / "missing")])
     work = tmp_path / "work"

@@ -1,17 +1,13 @@
 """Train the default model: a SentencePiece vocabulary and a small llama2.c Transformer, on the CPU.
 
-    python -m batchmask.models.train --out models/default --minutes 26.5 --threads 2           # train, write, evaluate
-    python -m batchmask.models.train --out models/default --minutes 26.5 --threads 2 --resume  # after an interruption
-    python -m batchmask.models.train --out models/default --eval-only                          # evaluate the shipped model
+    python -m recipes.default_model.train --out models/default --minutes 26.5 --threads 2            # train
+    python -m recipes.default_model.train --out models/default --minutes 26.5 --threads 2 --resume   # continue
+    python -m recipes.default_model.train --out models/default --eval-only    # evaluate the shipped model
 
-Data: generated tool-use tasks (batchmask/taskgen.py). Each example is the exact token sequence
-generation will see:
-
-    ids = encode(render_prompt(registry, task), bos=True)                  # conditioning
-        + encode(render_call(tool, args), bos=False, prefix_space=False)   # what the model writes
-        + [EOS]
-
-and the loss is taken only on the call tokens and the EOS.
+Run from the repository root. Data: generated tool-use tasks (the training split, tasks.py), encoded
+as generation sees them (data.py); the vocabulary is learnt on the same text (vocab.py). The loss is
+taken only on the call tokens and the EOS. Evaluation: the library's held-out eval split
+(batchmask/taskgen.py), greedy and unmasked.
 
 Speed trick: every prompt begins with the same tool catalogue (~140 of ~180 tokens), so a batch
 shares that prefix. `forward_shared_prefix` runs the prefix once (batch 1) and lets every row's
@@ -19,15 +15,14 @@ suffix attend to its keys/values; gradients still flow into the prefix. Mathemat
 as the plain causal forward of the concatenated sequence (tested), at a fraction of the cost.
 
 Written to --out: model.bin (llama2.c legacy v0), tokenizer.model, tokenizer.bin, eval.json.
-The resumable state (train_state.pt) and the encoded data live in --work (not shipped).
+The resumable state (train_state.pt) and the encoded data (data.pt) live in --work (not shipped);
+both load with weights_only=True (state.py).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
-import os
-import pickle
 import sys
 import time
 from dataclasses import asdict
@@ -39,237 +34,17 @@ from batchmask.models.checkpoint import CheckpointError, ModelConfig, write_chec
 from batchmask.models.llama import Transformer, load_checkpoint
 from batchmask.models.tokenizer import Tokenizer, TokenizerError, load_tokenizer
 
-from batchmask.prompt import render_call, render_prompt
+from batchmask.prompt import render_prompt
 from batchmask.registry import ToolRegistry
-from batchmask.taskgen import KIND_WEIGHTS, Example, judge, make_examples
+from batchmask.taskgen import EVAL, KIND_WEIGHTS, judge, make_examples
+
+from .data import Dataset, build_dataset
+from .state import TrainError, load_data, load_state, save_data, save_state
+from .vocab import MAX_PIECE_LEN, VOCAB_SIZE, train_tokenizer
 
 # Defaults sized for ~28 minutes on 2 CPU cores (see models/default/CARD.md): ~1M parameters.
 DEFAULT_CONFIG = dict(dim=128, hidden_dim=384, n_layers=4, n_heads=4, n_kv_heads=4, seq_len=512)
-VOCAB_SIZE = 1024
-# 0 keeps BPE's pieces (names are a few pieces each). 1 spells everything letter by letter:
-# tried, it doubles the sequence and made copying slower to learn in a 30-minute budget.
-MAX_PIECE_LEN = 0
-DATA_SEED, TOKENIZER_SEED, EVAL_SEED = 1, 2, 3
-
-
-class TrainError(ValueError):
-    """Training cannot start or resume (bad state file, mismatched arguments)."""
-
-
-# --- vocabulary -------------------------------------------------------------------------------
-def corpus_lines(examples: list[Example], registry: ToolRegistry):
-    """The text SentencePiece learns from, one line at a time: the prompt's lines, then the call.
-
-    Lines, not whole examples: no piece then spans a newline, so "\\n" is always its byte piece
-    and the prompt tokenises the same whatever the task is.
-    """
-    for ex in examples:
-        yield from render_prompt(registry, ex.task).split("\n")
-        yield render_call(ex.tool, ex.args)
-
-
-def train_tokenizer(model_path: Path, n_examples: int = 20000, vocab_size: int = VOCAB_SIZE,
-                    max_piece_len: int = MAX_PIECE_LEN) -> Tokenizer:
-    """Learn a Llama-style BPE vocabulary on generated training text; write tokenizer.model (+ .bin).
-
-    Then drop every piece that glues a space to text ("▁notes"), keeping "▁" alone: a name is
-    then the same tokens in the task ("show me notes/x.txt") and in the call ("path":"notes/x.txt"),
-    so the model copies tokens instead of learning a ▁-stripped twin of each. The vocabulary
-    ends up smaller than `vocab_size`.
-    """
-    import sentencepiece as spm
-
-    registry = ToolRegistry.defaults()
-    lines = list(corpus_lines(make_examples(n_examples, TOKENIZER_SEED, "train"), registry))
-    prefix = str(model_path.with_suffix(""))
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines), model_prefix=prefix, vocab_size=vocab_size, model_type="bpe",
-        # llama2.c's conventions: unk/BOS/EOS at 0/1/2, no pad, every byte as a fallback piece.
-        unk_id=0, bos_id=1, eos_id=2, pad_id=-1, byte_fallback=True,
-        # What models/tokenizer.py (and llama2.c) can reproduce: text kept as is, a dummy prefix.
-        normalization_rule_name="identity", remove_extra_whitespaces=False, add_dummy_prefix=True,
-        # One token per digit: numbers never seen in training are still made of known tokens.
-        split_digits=True, character_coverage=1.0, num_threads=1, minloglevel=2)
-    Path(prefix + ".vocab").unlink(missing_ok=True)
-    proto = Path(prefix + ".model").read_bytes()
-    Path(prefix + ".model").unlink()
-    model_path.write_bytes(drop_pieces(proto, max_piece_len))
-    tok = load_tokenizer(model_path)
-    tok.write_bin(model_path.with_name("tokenizer.bin"))
-    return tok
-
-
-def _varint(buf: bytes, i: int) -> tuple[int, int]:
-    value, shift = 0, 0
-    while True:
-        b = buf[i]
-        value |= (b & 0x7F) << shift
-        i, shift = i + 1, shift + 7
-        if b < 0x80:
-            return value, i
-
-
-def drop_pieces(proto: bytes, max_len: int = 0) -> bytes:
-    """A SentencePiece ModelProto without its normal pieces that contain "▁" and something else,
-    nor (when max_len > 0) those longer than max_len characters.
-
-    Works on the protobuf wire format (no protobuf package needed): the model's pieces are the
-    repeated length-delimited field 1, each a message whose field 1 is the piece text. BPE stays
-    consistent: a piece without "▁" is only ever merged from pieces without "▁".
-    """
-    out, i = bytearray(), 0
-    while i < len(proto):
-        start = i
-        key, i = _varint(proto, i)
-        wire = key & 7
-        if wire == 0:
-            _, i = _varint(proto, i)
-        elif wire == 1:
-            i += 8
-        elif wire == 5:
-            i += 4
-        elif wire == 2:
-            n, body = _varint(proto, i)
-            i = body + n
-            if key >> 3 == 1 and _drops(proto[body:i], max_len):
-                continue
-        else:
-            raise TrainError(f"sentencepiece model: unexpected wire type {wire} at byte offset {start}")
-        out += proto[start:i]
-    return bytes(out)
-
-
-def _drops(piece_msg: bytes, max_len: int) -> bool:
-    """Is this SentencePiece message a normal piece holding "▁" plus other text, or one longer than
-    max_len characters (max_len > 0)?"""
-    text, kind, i = None, 1, 0
-    while i < len(piece_msg):
-        key, i = _varint(piece_msg, i)
-        field, wire = key >> 3, key & 7
-        if wire == 2:
-            n, i = _varint(piece_msg, i)
-            if field == 1:
-                text = piece_msg[i:i + n].decode("utf-8")
-            i += n
-        elif wire == 5:
-            i += 4
-        elif wire == 0:
-            value, i = _varint(piece_msg, i)
-            if field == 3:
-                kind = value
-        else:
-            i += 8
-    if kind != 1 or text is None:
-        return False
-    return ("\u2581" in text and text != "\u2581") or 0 < max_len < len(text)
-
-
-# --- data -------------------------------------------------------------------------------------
-def encode_example(tok: Tokenizer, registry: ToolRegistry, ex: Example) -> tuple[list[int], int]:
-    """(ids, n_prompt): the example's tokens and how many of them are prompt (conditioning)."""
-    prompt = tok.encode(render_prompt(registry, ex.task), bos=True)
-    call = tok.encode(render_call(ex.tool, ex.args), bos=False, prefix_space=False)
-    return prompt + call + [tok.eos_id], len(prompt)
-
-
-class ExampleEncoder:
-    """`encode_example`, ~4x faster: the catalogue's tokens are computed once.
-
-    Exact because no piece of our vocabulary contains a newline (SentencePiece learnt it from
-    single lines), so BPE never merges across one and the prompt's tokens are the catalogue's
-    tokens followed by those of the "\nTASK: ..." tail. tests/test_train.py checks the equality.
-
-    catalogue=False drops the tool catalogue (the prompt is BOS + "\nTASK: ...\nCALL: "): the
-    short form the training curriculum starts with.
-    """
-
-    def __init__(self, tok: Tokenizer, registry: ToolRegistry, catalogue: bool = True):
-        self.tok, self.registry = tok, registry
-        head = render_prompt(registry, "x")
-        self.cut = head.rindex("\nTASK: ")
-        self.head_ids = tok.encode(head[:self.cut], bos=True) if catalogue else [tok.bos_id]
-
-    def __call__(self, ex: Example) -> tuple[list[int], int]:
-        tail = render_prompt(self.registry, ex.task)[self.cut:]
-        prompt = self.head_ids + self.tok.encode(tail, bos=False, prefix_space=False)
-        call = self.tok.encode(render_call(ex.tool, ex.args), bos=False, prefix_space=False)
-        return prompt + call + [self.tok.eos_id], len(prompt)
-
-
-def common_prefix(seqs: list[list[int]]) -> list[int]:
-    """The longest token prefix that every sequence starts with."""
-    first = seqs[0]
-    n = len(first)
-    for s in seqs[1:]:
-        n = min(n, len(s))
-        while s[:n] != first[:n]:
-            n -= 1
-    return first[:n]
-
-
-class Dataset:
-    """Encoded examples as one flat tensor, split into the shared prefix and per-example suffixes.
-
-    prefix  [P]        tokens every example starts with (BOS + the tool catalogue + ...)
-    tokens  [sum N_i]  each example's tokens after the prefix, concatenated
-    offsets [n + 1]    example i is tokens[offsets[i]:offsets[i + 1]]
-    n_cond  [n]        how many of example i's suffix tokens are still prompt
-    """
-
-    def __init__(self, encoded: list[tuple[list[int], int]], prefix_len: int | None = None):
-        seqs = [ids for ids, _ in encoded]
-        prefix = common_prefix(seqs)
-        # Keep at least one prompt token per suffix: the first call token is predicted from it.
-        P = min([len(prefix)] + [n_prompt - 1 for _, n_prompt in encoded])
-        if prefix_len is not None:
-            P = min(P, prefix_len)
-        self.prefix = torch.tensor(prefix[:P], dtype=torch.long)  # [P]
-        lengths = torch.tensor([len(ids) - P for ids in seqs])  # [n]
-        self.offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])  # [n + 1]
-        self.tokens = torch.tensor([t for ids in seqs for t in ids[P:]], dtype=torch.long)  # [sum]
-        self.n_cond = torch.tensor([n_prompt - P for _, n_prompt in encoded])  # [n]
-
-    def __len__(self) -> int:
-        return len(self.n_cond)
-
-    @property
-    def lengths(self) -> torch.Tensor:
-        """[n] each example's suffix token count."""
-        return self.offsets[1:] - self.offsets[:-1]
-
-    @property
-    def max_len(self) -> int:
-        return len(self.prefix) + int(self.lengths.max())
-
-    def batch(self, idx: torch.Tensor, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """idx [B] -> (inputs [B, T], targets [B, T]); targets are -100 where no loss is taken.
-
-        Right-padded: with causal attention a pad only ever follows real tokens, so it changes nothing.
-        """
-        starts, ends = self.offsets[idx], self.offsets[idx + 1]  # [B]
-        T = int((ends - starts).max()) - 1
-        inputs = torch.full((len(idx), T), pad_id, dtype=torch.long)  # [B, T]
-        targets = torch.full((len(idx), T), -100, dtype=torch.long)  # [B, T]
-        for row, (s, e, c) in enumerate(zip(starts.tolist(), ends.tolist(), self.n_cond[idx].tolist())):
-            seq = self.tokens[s:e]  # [N] this example's suffix
-            inputs[row, :len(seq) - 1] = seq[:-1]
-            # target t is seq[t + 1]; only call tokens and EOS (index >= c) are learned
-            targets[row, c - 1:len(seq) - 1] = seq[c:]
-        return inputs, targets
-
-
-def build_dataset(tok: Tokenizer, n: int, seed: int, split: str = "train", max_len: int | None = None,
-                  catalogue: bool = True) -> Dataset:
-    """n generated examples, encoded; those over max_len tokens (a rare long write) are left out."""
-    encode = ExampleEncoder(tok, ToolRegistry.defaults(), catalogue)
-    encoded = [encode(ex) for ex in make_examples(n, seed, split)]
-    if max_len is not None:
-        kept = [e for e in encoded if len(e[0]) <= max_len]
-        if len(kept) < len(encoded):
-            print(f"left out {len(encoded) - len(kept)} of {len(encoded)} examples longer than {max_len} tokens",
-                  file=sys.stderr)
-        encoded = kept
-    return Dataset(encoded)
+DATA_SEED, EVAL_SEED = 1, 3
 
 
 # --- model ------------------------------------------------------------------------------------
@@ -425,7 +200,7 @@ def greedy_calls(model: Transformer, tok: Tokenizer, tasks: list[str], max_new: 
 
 def evaluate(model: Transformer, tok: Tokenizer, n: int = 200, seed: int = EVAL_SEED) -> dict:
     """% parsed / right tool / right argument on n held-out eval tasks, overall and per kind."""
-    examples = make_examples(n, seed, "eval")
+    examples = make_examples(n, seed, EVAL)
     calls = greedy_calls(model, tok, [ex.task for ex in examples])
     verdicts = [judge(ex, text) for ex, text in zip(examples, calls)]
 
@@ -451,31 +226,7 @@ def _logger(start_time: float, budget: str, every: int = 25):
     return log
 
 
-def save_state(path: Path, model, optimizer, step: int, elapsed: float, loss: float, args):
-    tmp = path.with_suffix(".tmp")
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
-                "elapsed": elapsed, "loss": loss, "config": asdict(model.config),
-                "args": {k: v for k, v in vars(args).items() if k not in ("out", "work", "resume")}}, tmp)
-    os.replace(tmp, path)  # a crash mid-save never leaves a broken state behind
-
-
-def load_state(path: Path, args) -> dict:
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as e:
-        raise TrainError(f"{path}: cannot read the training state: {e}") from None
-    if not isinstance(state, dict) or not {"model", "optimizer", "step", "elapsed", "args"} <= state.keys():
-        raise TrainError(f"{path}: not a training state written by models/train.py (expected a dict with "
-                         "model, optimizer, step, elapsed and args)")
-    for key in ("dim", "n_layers", "batch_size", "seed", "lr", "n_examples", "seq_len", "max_piece_len",
-                "short_frac", "length_groups"):
-        if state["args"].get(key) != getattr(args, key, None):
-            raise TrainError(f"{path}: state was saved with {key}={state['args'].get(key)}, "
-                             f"this run has {key}={getattr(args, key, None)} (drop --resume to start over)")
-    return state
-
-
-def run(args) -> dict:
+def run(args: argparse.Namespace) -> dict:
     out, work = Path(args.out), Path(args.work)
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
@@ -493,18 +244,14 @@ def run(args) -> dict:
         train_tokenizer(tok_path, vocab_size=args.vocab_size, max_piece_len=args.max_piece_len)
     data_path = work / "data.pt"
     if state is not None and data_path.exists():
-        saved = torch.load(data_path, weights_only=False)
-        if not (isinstance(saved, tuple) and len(saved) == 2 and isinstance(saved[0], Dataset)):
-            raise TrainError(f"{data_path}: expected the (data, short) pair this version writes, found "
-                             f"{type(saved).__name__} (drop --resume to start over)")
-        data, short = saved
+        data, short = load_data(data_path)
     else:
         t0 = time.time()
         data = build_dataset(tok, args.n_examples, args.seed, max_len=args.seq_len)
         # The curriculum's first phase: other examples of the same kinds, without the catalogue.
         short = build_dataset(tok, args.n_examples, args.seed + 1, max_len=args.seq_len, catalogue=False) \
             if args.short_frac > 0 else None
-        torch.save((data, short), data_path)
+        save_data(data_path, data, short)
         print(f"encoded {len(data)} examples in {time.time() - t0:.0f} s: shared prefix {len(data.prefix)} "
               f"tokens, longest {data.max_len}, {int((data.tokens.numel()) / len(data))} suffix tokens each",
               file=sys.stderr)
@@ -556,8 +303,8 @@ def run(args) -> dict:
     return report
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m batchmask.models.train", description=__doc__.split("\n")[0])
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m recipes.default_model.train", description=__doc__.split("\n")[0])
     p.add_argument("--out", default="models/default", help="where the shipped files go")
     p.add_argument("--work", default="runs/train", help="training state and encoded data (not shipped)")
     p.add_argument("--minutes", type=float, default=23.0, help="training time budget (the loop; setup and "
@@ -600,7 +347,7 @@ def parse_args(argv=None):
     return args
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     try:
         if args.eval_only:
@@ -611,7 +358,7 @@ def main(argv=None):
         run(args)
     except (TrainError, CheckpointError, TokenizerError) as e:
         # Bad files or arguments: one clear line naming the thing, not a traceback.
-        sys.exit(f"python -m batchmask.models.train: error: {e}")
+        sys.exit(f"python -m recipes.default_model.train: error: {e}")
 
 
 if __name__ == "__main__":
