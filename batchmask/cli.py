@@ -9,13 +9,16 @@ Every error a user can cause ends as one line on stderr and a non-zero exit.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
 import time
 from pathlib import Path
 
-DEFAULT_DIR = Path(__file__).resolve().parents[1] / "models" / "default"
+# The embedded model ships inside batchmask.models (the repository's models/default/): found through the
+# package, so an installed wheel and an editable install both find it (without importing torch here).
+DEFAULT_DIR = Path(importlib.util.find_spec("batchmask.models").submodule_search_locations[0]) / "default"
 
 
 # --- loading ------------------------------------------------------------------------------------

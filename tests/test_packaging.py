@@ -1,0 +1,124 @@
+"""Packaging: one import package (batchmask) in the wheel, no recipe in it, and a user's own `models` and
+`kernels` packages neither break batchmask nor are hidden by it."""
+import ast
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TASKS = ROOT / "examples" / "tasks.txt"
+# Where each repository folder installs (pyproject's package-dir), and what must never be installed.
+INSTALLS_AS = {"batchmask": "batchmask", "kernels": "batchmask/kernels", "models": "batchmask/models"}
+
+
+def tracked(folder: str) -> list[str]:
+    """The repository's tracked files under `folder` (what a fresh clone has), relative to the root."""
+    out = subprocess.run(["git", "ls-files", folder], cwd=ROOT, capture_output=True, text=True)
+    if out.returncode != 0:
+        pytest.skip("not a git checkout: cannot tell which files are the project's")
+    return out.stdout.split()
+
+
+def user_packages(tmp: Path) -> Path:
+    """A user's own top-level `models` and `kernels` packages, each failing loudly when imported."""
+    for name in ("models", "kernels"):
+        (tmp / name).mkdir(parents=True)
+        (tmp / name / "__init__.py").write_text(f"raise ImportError('the user\\'s own {name} package')\n")
+    return tmp
+
+
+def run(cmd: list[str], cwd: Path, pythonpath: list[Path]) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = os.pathsep.join(map(str, pythonpath))
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def assert_every_task_gets_a_call(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    n_tasks = sum(1 for line in TASKS.read_text().splitlines() if line.strip())
+    assert len(records) == n_tasks
+    assert all(r["call"] is not None for r in records), [r for r in records if r["call"] is None][:2]
+
+
+# --- the runtime does not depend on the recipes or the grammar side -------------------------------
+def test_models_and_kernels_import_no_recipe_and_models_nothing_of_the_grammar_side():
+    for folder in ("models", "kernels"):
+        for path in sorted((ROOT / folder).glob("*.py")):
+            tree = ast.parse(path.read_text(), str(path))
+            for node in ast.walk(tree):
+                names = []
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    # a relative import stays inside its own package (models/ or kernels/)
+                    names = [node.module or ""] if node.level == 0 else []
+                for name in names:
+                    where = f"{path.relative_to(ROOT)}:{node.lineno} imports {name}"
+                    assert name.split(".")[0] not in ("recipes", "models", "kernels"), where
+                    if folder == "models" and name.startswith("batchmask"):
+                        assert name == "batchmask.models" or name.startswith("batchmask.models."), where
+
+
+# --- the wheel --------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """The wheel `pip wheel .` builds (without build isolation: the test needs no network)."""
+    out = tmp_path_factory.mktemp("wheel")
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation",
+                           "-q", "-w", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (whl,) = out.glob("batchmask-*.whl")
+    return whl
+
+
+def test_wheel_holds_one_top_level_package_with_everything_it_needs(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
+    assert top == {"batchmask"}
+    # every tracked module of the three folders, at its import path; no recipe, no test
+    for folder, target in INSTALLS_AS.items():
+        for f in tracked(folder):
+            if f.endswith(".py"):
+                assert f"{target}/{f[len(folder) + 1:]}" in names, f
+    for f in tracked("models/default"):
+        assert f"batchmask/models/default/{Path(f).name}" in names, f
+    assert "batchmask/py.typed" in names
+    assert not [n for n in names if n.startswith(("recipes", "tests", "batchmask/recipes"))]
+    meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
+    metadata = zipfile.ZipFile(wheel).read(meta).decode()
+    assert "License-Expression: Apache-2.0" in metadata
+    license_file = next(n for n in names if n.endswith(".dist-info/licenses/LICENSE"))
+    assert zipfile.ZipFile(wheel).read(license_file) == (ROOT / "LICENSE").read_bytes()
+
+
+def test_installed_wheel_generates_with_the_users_models_and_kernels_first(wheel, tmp_path):
+    site = tmp_path / "site"
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "-q", "--target",
+                           str(site), str(wheel)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    user = user_packages(tmp_path / "user")
+    # the copy that runs is the installed one, not the repository's, and it does not hide the user's packages
+    probe = ("import batchmask, batchmask.kernels, batchmask.models, pathlib\n"
+             "print(pathlib.Path(batchmask.models.__file__).resolve())\n"
+             "try:\n    import models\nexcept ImportError as e:\n    print(e)\n")
+    proc = run([sys.executable, "-c", probe], tmp_path, [user, site])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    where, users_error = proc.stdout.splitlines()
+    assert Path(where).is_relative_to(site.resolve()) and users_error == "the user's own models package"
+    assert_every_task_gets_a_call(run([sys.executable, "-m", "batchmask", "generate", "--tasks", str(TASKS)],
+                                      tmp_path, [user, site]))
+
+
+# --- the editable install (the README's set-up) -----------------------------------------------
+def test_console_script_generates_with_the_users_models_and_kernels_first(tmp_path):
+    script = Path(sys.executable).with_name("batchmask")
+    if not script.exists():
+        pytest.skip(f"no console script beside {sys.executable} (batchmask is not pip-installed here)")
+    user = user_packages(tmp_path / "user")
+    assert_every_task_gets_a_call(run([str(script), "generate", "--tasks", str(TASKS)], tmp_path, [user]))
