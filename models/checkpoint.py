@@ -56,87 +56,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .config import PARAM_FIELDS, CheckpointError, ModelConfig, weight_shapes  # noqa: F401 (re-exported)
+from .rope import rope_tables
+
 MAGIC = 0x616B3432  # "ak42" read as a little-endian uint32
 HEADER_BYTES = 256  # v1 / v2 header size
 LEGACY_HEADER_BYTES = 7 * 4
 # said whenever a file without the magic fails: it may be a v1/v2 file with a damaged magic
 NOT_V1_NOTE = ("bytes 0-3 are not the 'ak42' magic 0x616b3432, so the file was read as a legacy v0 "
                "checkpoint whose header is 7 int32 values")
-PARAM_FIELDS = ("dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file (or a config / weights set about to be written) is unusable.
-
-    The message names the file, the field, what was expected and what was found; the same facts
-    are kept as attributes for callers that want to react programmatically.
-    """
-
-    def __init__(self, path, field: str, expected, found, detail: str = ""):
-        self.path, self.field, self.expected, self.found = str(path), field, expected, found
-        msg = f"{path}: field '{field}': expected {expected}, found {found}"
-        super().__init__(msg + (f" ({detail})" if detail else ""))
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """The hyperparameters of a llama2.c Transformer (the 7 header ints + the classifier flag)."""
-
-    dim: int
-    hidden_dim: int
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    vocab_size: int
-    seq_len: int
-    shared_classifier: bool = True
-
-    @property
-    def head_dim(self) -> int:
-        return self.dim // self.n_heads
-
-    @property
-    def kv_dim(self) -> int:
-        return self.n_kv_heads * self.head_dim
-
-    def validate(self, path="<config>") -> ModelConfig:
-        """Raise CheckpointError unless the shape parameters describe a buildable model."""
-        for field in PARAM_FIELDS:
-            value = getattr(self, field)
-            if not isinstance(value, (int, np.integer)) or value <= 0:
-                raise CheckpointError(path, field, "a positive integer", value)
-        if self.dim % self.n_heads:
-            raise CheckpointError(path, "dim", f"a multiple of n_heads={self.n_heads}", self.dim)
-        if self.n_kv_heads > self.n_heads or self.n_heads % self.n_kv_heads:
-            raise CheckpointError(path, "n_kv_heads", f"a divisor of n_heads={self.n_heads}", self.n_kv_heads)
-        if self.head_dim % 2:
-            # RoPE rotates (even, odd) pairs inside each head
-            raise CheckpointError(path, "dim", "dim / n_heads to be even (RoPE rotates pairs)",
-                                  f"dim={self.dim}, n_heads={self.n_heads}, head_dim={self.head_dim}")
-        return self
-
-
-def weight_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Name -> shape of every weight tensor of `config` (the single source of truth for layouts)."""
-    c, L = config, config.n_layers
-    shapes = {
-        "token_embedding": (c.vocab_size, c.dim),
-        "rms_att": (L, c.dim),
-        "wq": (L, c.n_heads * c.head_dim, c.dim),
-        "wk": (L, c.kv_dim, c.dim),
-        "wv": (L, c.kv_dim, c.dim),
-        "wo": (L, c.dim, c.n_heads * c.head_dim),
-        "rms_ffn": (L, c.dim),
-        "w1": (L, c.hidden_dim, c.dim),
-        "w2": (L, c.dim, c.hidden_dim),
-        "w3": (L, c.hidden_dim, c.dim),
-        "rms_final": (c.dim,),
-    }
-    if not c.shared_classifier:
-        shapes["wcls"] = (c.vocab_size, c.dim)
-    return shapes
-
-
 # On-disk order of the float32 tensors in each format ("rope" = the two skipped legacy tables).
 LEGACY_ORDER = ("token_embedding", "rms_att", "wq", "wk", "wv", "wo", "rms_ffn", "w1", "w2", "w3",
                 "rms_final", "rope", "wcls")
@@ -291,15 +219,16 @@ def _dequantize_block(raw: np.ndarray, count: int, each: int, group_size: int, s
     rows = raw.reshape(count, each + 4 * groups)  # one row per quantized tensor
     q = rows[:, :each].view(np.int8).reshape(count, groups, group_size)  # [count, groups, gs]
     scales = np.ascontiguousarray(rows[:, each:]).view("<f4")  # [count, groups]
-    values = q.astype(np.float32) * scales[:, :, None]  # [count, groups, gs]
+    with np.errstate(invalid="ignore", over="ignore"):  # a NaN/Inf scale is reported by check_finite
+        values = q.astype(np.float32) * scales[:, :, None]  # [count, groups, gs]
     return torch.from_numpy(values.reshape(shape))
 
 
 def read_checkpoint(path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
     """Read a v0/v1/v2 checkpoint: (config, weights) with weights named as in the module doc.
 
-    Float32 files give tensors that view the memory-mapped file (nothing is read until touched);
-    v2 files are dequantized to float32.  Raises CheckpointError for any malformed file.
+    Float32 files give tensors that view the memory-mapped file; v2 files are dequantized to float32.
+    Raises CheckpointError for any malformed file, and for a tensor holding NaN or Inf (named).
     """
     buf = _map_file(path)
     header = _parse_header(path, buf)
@@ -316,7 +245,21 @@ def read_checkpoint(path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
             weights[name] = _dequantize_block(raw, count, each, header.group_size, shape)
         else:
             weights[name] = torch.from_numpy(raw.view("<f4").reshape(shape))
+        check_finite(path, name, weights[name])
     return header.config, weights
+
+
+def check_finite(path, name: str, tensor: torch.Tensor) -> None:
+    """Raise CheckpointError naming `name` if `tensor` holds a NaN or an infinity (one vectorised test; the
+    position of the first bad value is only looked for once one is known to exist)."""
+    if bool(torch.isfinite(tensor).all()):
+        return
+    bad = (~torch.isfinite(tensor)).flatten().nonzero()[0, 0].item()
+    index = list(np.unravel_index(bad, tuple(tensor.shape)))
+    value = tensor.flatten()[bad].item()
+    raise CheckpointError(path, f"tensor {name}", "finite weights", f"{value} at index {[int(i) for i in index]}",
+                          "a model with NaN/Inf weights writes garbage; the file is damaged or was saved after "
+                          "a diverged training step")
 
 
 def check_vocab(config: ModelConfig, tokenizer_vocab_size: int, checkpoint_path, tokenizer_path) -> None:
@@ -373,14 +316,6 @@ def _f32_bytes(t: torch.Tensor) -> bytes:
     return t.detach().to("cpu", torch.float32).contiguous().numpy().astype("<f4", copy=False).tobytes()
 
 
-def rope_tables(config: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """(cos, sin) [seq_len, head_dim/2] float32: angle pos / 10000^(2j/head_dim) for pair j."""
-    hd = config.head_dim
-    freqs = 1.0 / 10000.0 ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)  # [hd/2]
-    angles = torch.outer(torch.arange(config.seq_len, dtype=torch.float64), freqs)  # [seq_len, hd/2]
-    return torch.cos(angles).float(), torch.sin(angles).float()
-
-
 def write_checkpoint(path, config: ModelConfig, weights: dict[str, torch.Tensor], version: int = 0,
                      group_size: int = 64) -> int | None:
     """Write `weights` (named as in the module doc) as a v0, v1 or v2 llama2.c checkpoint.
@@ -390,6 +325,8 @@ def write_checkpoint(path, config: ModelConfig, weights: dict[str, torch.Tensor]
     failed write never leaves a half-written checkpoint behind.
     """
     config.validate(path)
+    for reason in config.llama2c_incompatibilities():
+        raise CheckpointError(path, "config", "a model llama2.c's formats can express", reason)
     if version not in (0, 1, 2):
         raise CheckpointError(path, "version", "0, 1 or 2", version)
     _check_weights(path, config, weights)

@@ -1,36 +1,32 @@
 """
-The llama2.c Transformer in PyTorch, batched, with a static KV cache (gpt-fast style).
+The Llama-family Transformer in PyTorch, batched, with a static KV cache (gpt-fast style), for llama2.c
+checkpoints and Hugging Face Llama / Mistral / Qwen2 directories alike (`load_checkpoint`, by content):
 
-Getting a real model: the TinyStories checkpoints of llama2.c live at
-https://huggingface.co/karpathy/tinyllamas -- download `stories15M.bin` (also stories42M.bin,
-stories110M.bin).  They are legacy (v0) llama2.c files and load unchanged:
+    model = load_checkpoint("stories15M.bin")               # llama2.c (karpathy/tinyllamas), float32
+    model = load_checkpoint("SmolLM2-135M-Instruct/", max_context=4096)   # HF: config.json + safetensors
+    logits = model.logits(torch.tensor([[1, 403, 2462]]))   # [1, 3, vocab_size]
 
-    model = load_checkpoint("stories15M.bin")            # float32 on the CPU
-    logits = model.logits(torch.tensor([[1, 403, 2462]]))  # [1, 3, 32000]
+Architecture: RMSNorm -> attention with RoPE and grouped-query heads (q/k/v biases for Qwen2) -> residual ->
+RMSNorm -> SwiGLU FFN -> residual, final RMSNorm, classifier (tied to the token embedding unless the
+checkpoint has its own). The layers are in models/layers.py, RoPE (theta, linear / llama3 scaling) in
+models/rope.py, the hyperparameters in models/config.py.
 
-Their vocabulary is Llama 2's (32000 pieces; `../shared/llama2/tokenizer.bin` or any Llama 2
-`tokenizer.model`).
-
-Architecture (exactly run.c's): RMSNorm (eps 1e-5) -> attention with RoPE and grouped-query heads
--> residual -> RMSNorm -> SwiGLU FFN -> residual, final RMSNorm, classifier (tied to the token
-embedding unless the checkpoint has its own).  RoPE rotates the pairs (2j, 2j+1) of every head by
-the angle pos / 10000^(2j / head_dim).
-
-Parameters (state_dict names), plain llama2.c names with two fusions for speed:
+Parameters (state_dict names), llama2.c names with two fusions for speed:
     tok_embeddings.weight                  [vocab_size, dim]
     layers.{l}.attention_norm.weight       [dim]
     layers.{l}.attention.wqkv.weight       [(n_heads + 2 n_kv_heads) * head_dim, dim]  = cat(wq, wk, wv)
+    layers.{l}.attention.wqkv.bias         [(n_heads + 2 n_kv_heads) * head_dim]       only with qkv_bias
     layers.{l}.attention.wo.weight         [dim, n_heads * head_dim]
     layers.{l}.ffn_norm.weight             [dim]
     layers.{l}.feed_forward.w13.weight     [2 hidden_dim, dim]                         = cat(w1, w3)
     layers.{l}.feed_forward.w2.weight      [dim, hidden_dim]
     norm.weight                            [dim]
-    output.weight                          [vocab_size, dim]  (the same Parameter as
-                                           tok_embeddings.weight when the classifier is shared)
-`Transformer.load_weights` / `Transformer.checkpoint_weights` convert from / to the unfused
-checkpoint naming of models/checkpoint.py.
+    output.weight                          [vocab_size, dim]  (the same Parameter as tok_embeddings.weight
+                                           when the classifier is shared)
+`load_weights` / `checkpoint_weights` convert from / to the unfused naming of models/checkpoint.py.
 
-Inference state (buffers, not in the state_dict), all fixed-shape after `setup_cache(B)`:
+Inference state (buffers, not in the state_dict), all fixed-shape after `setup_cache(B)` (which refuses,
+before allocating, a cache the device cannot hold: models/memory.py):
     k_cache, v_cache  [n_layers, B, n_kv_heads, seq_len, head_dim]
     pos               [B] int64: next position of each row (= tokens already in its cache)
     active            [B] int64: 1 for rows holding a sequence; only active rows advance
@@ -38,22 +34,28 @@ Row b of the batch is "cache slot" b: `prefill` fills slots, `decode` advances a
 `reset` frees slots for reuse (continuous batching).
 
 Context overflow: prompts longer than seq_len and decoding an active row at position seq_len raise
-ContextOverflowError.  The decode check reads a host-side copy of the positions (`host_pos`, kept
-in step by prefill/decode/reset, which all know the new positions without asking the device), so
-it never synchronises with the GPU and works unchanged in CUDA-graph mode.  As a second line of
-defence the device-side position is clamped to seq_len - 1 before indexing, so even a misused
-graph cannot write outside the cache.
+ContextOverflowError. The decode check reads a host-side copy of the positions (`host_pos`, kept in step by
+prefill/decode/reset), so it never synchronises with the GPU and works unchanged in CUDA-graph mode. As a
+second line of defence the device-side position is clamped to seq_len - 1 before indexing.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
-from batchmask.models.checkpoint import ModelConfig, read_checkpoint, rope_tables, weight_shapes
 
-NORM_EPS = 1e-5
+from .checkpoint import read_checkpoint
+from .config import ModelConfig, weight_shapes
+from .layers import Attention, FeedForward, RMSNorm, TransformerBlock, rms_norm  # noqa: F401 (re-exported)
+from .memory import OutOfMemoryError, available_bytes, check_fits, kv_cache_bytes  # noqa: F401
+from .rope import apply_rope, rope_multipliers  # noqa: F401 (re-exported)
+
+# the per-layer entries of the checkpoint weight naming (models/config.py weight_shapes)
+LAYER_WEIGHTS = ("rms_att", "wq", "wk", "wv", "wo", "rms_ffn", "w1", "w2", "w3", "bq", "bk", "bv")
 
 
 class ContextOverflowError(ValueError):
@@ -64,135 +66,13 @@ class ContextOverflowError(ValueError):
         super().__init__(f"row {row}: {what} needs {length} positions but the model's context is seq_len={seq_len}")
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """x [..., dim] -> x / sqrt(mean(x^2) + eps) * weight (run.c's rmsnorm)."""
-    if hasattr(F, "rms_norm"):  # torch >= 2.4: one fused op instead of six
-        return F.rms_norm(x, (x.shape[-1],), weight, NORM_EPS)
-    xf = x.float()
-    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + NORM_EPS)).type_as(x) * weight
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x):
-        return rms_norm(x, self.weight)
-
-
-def rope_multipliers(config: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """Full-width RoPE tables (cos, sin) [seq_len, head_dim] for `apply_rope`.
-
-    For pair j of a head at position p with angle a = p / 10000^(2j/head_dim):
-    cos[p, 2j] = cos[p, 2j+1] = cos(a); sin[p, 2j] = -sin(a), sin[p, 2j+1] = +sin(a).
-    """
-    cos, sin = rope_tables(config)  # [seq_len, hd/2]
-    return cos.repeat_interleave(2, dim=-1), torch.stack((-sin, sin), dim=-1).flatten(-2)
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate the pairs (2j, 2j+1) of x [..., head_dim]; cos/sin [..., head_dim] from rope_multipliers.
-
-    (x0, x1) -> (x0 cos - x1 sin, x1 cos + x0 sin) == x * cos + swap_pairs(x) * sin, which is three
-    elementwise ops instead of splitting and restacking the pairs.
-    """
-    swapped = x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)  # (x1, x0) in every pair
-    return (x * cos + swapped * sin).type_as(x)
-
-
-class Attention(nn.Module):
-    def __init__(self, config: ModelConfig):
-        super().__init__()
-        self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, config.head_dim
-        q_dim = config.n_heads * config.head_dim
-        self.wqkv = nn.Linear(config.dim, q_dim + 2 * config.kv_dim, bias=False)  # fused wq, wk, wv
-        self.wo = nn.Linear(q_dim, config.dim, bias=False)
-
-    def _qkv(self, x, cos, sin):
-        """x [..., dim] -> q [..., H, hd], k [..., KV, hd] (both rotated), v [..., KV, hd]."""
-        H, KV, hd = self.n_heads, self.n_kv_heads, self.head_dim
-        qkv = self.wqkv(x)  # [..., (H + 2KV) hd]
-        qk, v = qkv.split([(H + KV) * hd, KV * hd], dim=-1)
-        qk = apply_rope(qk.unflatten(-1, (H + KV, hd)), cos, sin)  # rotate q and k in one go
-        q, k = qk.split([H, KV], dim=-2)
-        return q, k, v.unflatten(-1, (KV, hd))
-
-    def forward(self, x, cos, sin):
-        """Causal self-attention over a whole sequence, positions 0..T-1, no cache.
-
-        x [B, T, dim], cos/sin [T, hd] -> (out [B, T, dim], k [B, KV, T, hd], v [B, KV, T, hd])
-        """
-        B, T, _ = x.shape
-        q, k, v = self._qkv(x, cos[:, None, :], sin[:, None, :])  # [B, T, H|KV, hd]
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, H|KV, T, hd]
-        group = self.n_heads // self.n_kv_heads
-        # each kv head serves `group` consecutive query heads (run.c: h / kv_mul)
-        k_all = k.repeat_interleave(group, dim=1) if group > 1 else k  # [B, H, T, hd]
-        v_all = v.repeat_interleave(group, dim=1) if group > 1 else v
-        out = F.scaled_dot_product_attention(q, k_all, v_all, is_causal=True)  # [B, H, T, hd]
-        return self.wo(out.transpose(1, 2).flatten(2)), k, v
-
-    def decode(self, x, cos, sin, k_cache, v_cache, slots, pos, mask):
-        """One new token per row, each at its own position, attending to its cache.
-
-        x [B, dim]; cos/sin [B, hd]; k_cache/v_cache [B, KV, S, hd] (this layer's, written in place);
-        slots [B] = arange(B); pos [B] (already clamped); mask [B, 1, 1, W] additive (0 or -inf)
-        over the first W <= S cache positions.  The cache may have its own dtype (setup_cache).
-        """
-        B = x.shape[0]
-        H, KV, hd = self.n_heads, self.n_kv_heads, self.head_dim
-        q, k, v = self._qkv(x, cos[:, None, :], sin[:, None, :])  # [B, H|KV, hd]
-        k_cache[slots, :, pos] = k.to(k_cache.dtype)  # row b writes its own position pos[b]
-        v_cache[slots, :, pos] = v.to(v_cache.dtype)
-        W = mask.shape[-1]
-        # grouped-query attention without copying the cache: the `group` query heads sharing a kv
-        # head act as `group` queries against that head's keys
-        q = q.reshape(B, KV, H // KV, hd).to(k_cache.dtype)  # [B, KV, group, hd]
-        out = F.scaled_dot_product_attention(q, k_cache[:, :, :W], v_cache[:, :, :W],
-                                             attn_mask=mask.to(k_cache.dtype))  # [B, KV, group, hd]
-        return self.wo(out.reshape(B, H * hd).to(x.dtype))  # [B, dim]
-
-
-class FeedForward(nn.Module):
-    def __init__(self, config: ModelConfig):
-        super().__init__()
-        self.hidden_dim = config.hidden_dim
-        self.w13 = nn.Linear(config.dim, 2 * config.hidden_dim, bias=False)  # fused gate (w1) and up (w3)
-        self.w2 = nn.Linear(config.hidden_dim, config.dim, bias=False)
-
-    def forward(self, x):
-        gate, up = self.w13(x).split(self.hidden_dim, dim=-1)  # [..., hidden] each
-        return self.w2(F.silu(gate) * up)
-
-
-class TransformerBlock(nn.Module):
-    def __init__(self, config: ModelConfig):
-        super().__init__()
-        self.attention_norm = RMSNorm(config.dim)
-        self.attention = Attention(config)
-        self.ffn_norm = RMSNorm(config.dim)
-        self.feed_forward = FeedForward(config)
-
-    def forward(self, x, cos, sin):
-        """x [B, T, dim] -> (x [B, T, dim], k, v [B, KV, T, hd])."""
-        attn, k, v = self.attention(self.attention_norm(x), cos, sin)
-        x = x + attn
-        return x + self.feed_forward(self.ffn_norm(x)), k, v
-
-    def decode(self, x, cos, sin, k_cache, v_cache, slots, pos, mask):
-        """x [B, dim] -> [B, dim]."""
-        x = x + self.attention.decode(self.attention_norm(x), cos, sin, k_cache, v_cache, slots, pos, mask)
-        return x + self.feed_forward(self.ffn_norm(x))
-
-
 class Transformer(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = config.validate()
         self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim)
         self.layers = nn.ModuleList(TransformerBlock(config) for _ in range(config.n_layers))
-        self.norm = RMSNorm(config.dim)
+        self.norm = RMSNorm(config.dim, config.norm_eps)
         self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
         if config.shared_classifier:
             self.output.weight = self.tok_embeddings.weight
@@ -222,29 +102,43 @@ class Transformer(nn.Module):
 
     @torch.no_grad()
     def load_weights(self, weights: dict[str, torch.Tensor]) -> Transformer:
-        """Copy checkpoint-named weights (models/checkpoint.py) into the (fused) parameters."""
+        """Copy checkpoint-named weights (models/checkpoint.py, stacked over layers) into the parameters."""
         expected = weight_shapes(self.config)
         if set(weights) != set(expected) or any(tuple(weights[n].shape) != s for n, s in expected.items()):
             got = {n: tuple(t.shape) for n, t in weights.items()}
             raise ValueError(f"weights do not match {self.config}: expected {expected}, got {got}")
+        self.load_outer(weights)
+        for l in range(self.config.n_layers):
+            self.load_layer(l, {name: weights[name][l] for name in LAYER_WEIGHTS if name in weights})
+        return self
+
+    @torch.no_grad()
+    def load_outer(self, weights: dict[str, torch.Tensor]) -> None:
+        """The weights outside the layers: token_embedding, rms_final, and wcls when unshared."""
         self.tok_embeddings.weight.copy_(weights["token_embedding"])
-        for l, layer in enumerate(self.layers):
-            layer.attention_norm.weight.copy_(weights["rms_att"][l])
-            layer.attention.wqkv.weight.copy_(torch.cat([weights["wq"][l], weights["wk"][l], weights["wv"][l]]))
-            layer.attention.wo.weight.copy_(weights["wo"][l])
-            layer.ffn_norm.weight.copy_(weights["rms_ffn"][l])
-            layer.feed_forward.w13.weight.copy_(torch.cat([weights["w1"][l], weights["w3"][l]]))
-            layer.feed_forward.w2.weight.copy_(weights["w2"][l])
         self.norm.weight.copy_(weights["rms_final"])
         if not self.config.shared_classifier:
             self.output.weight.copy_(weights["wcls"])
-        return self
+
+    @torch.no_grad()
+    def load_layer(self, l: int, w: dict[str, torch.Tensor]) -> None:
+        """Layer l's weights, checkpoint-named and unstacked (wq [q_dim, dim], ..., bq [q_dim] with biases):
+        one layer at a time, so a loader never holds more than one layer beyond the model itself."""
+        layer = self.layers[l]
+        layer.attention_norm.weight.copy_(w["rms_att"])
+        layer.attention.wqkv.weight.copy_(torch.cat([w["wq"], w["wk"], w["wv"]]))
+        if self.config.qkv_bias:
+            layer.attention.wqkv.bias.copy_(torch.cat([w["bq"], w["bk"], w["bv"]]))
+        layer.attention.wo.weight.copy_(w["wo"])
+        layer.ffn_norm.weight.copy_(w["rms_ffn"])
+        layer.feed_forward.w13.weight.copy_(torch.cat([w["w1"], w["w3"]]))
+        layer.feed_forward.w2.weight.copy_(w["w2"])
 
     @torch.no_grad()
     def checkpoint_weights(self) -> dict[str, torch.Tensor]:
         """The parameters in checkpoint naming (unfused, stacked over layers), float32 on the CPU."""
         c = self.config
-        q_dim = c.n_heads * c.head_dim
+        q_dim = c.q_dim
 
         def stack(fn):
             return torch.stack([fn(layer).detach().float().cpu() for layer in self.layers])
@@ -264,6 +158,9 @@ class Transformer(nn.Module):
             "w3": w13[:, c.hidden_dim:],
             "rms_final": self.norm.weight.detach().float().cpu(),
         }
+        if c.qkv_bias:
+            bqkv = stack(lambda b: b.attention.wqkv.bias)  # [L, q_dim + 2 kv_dim]
+            weights.update(bq=bqkv[:, :q_dim], bk=bqkv[:, q_dim:q_dim + c.kv_dim], bv=bqkv[:, q_dim + c.kv_dim:])
         if not c.shared_classifier:
             weights["wcls"] = self.output.weight.detach().float().cpu()
         return {name: t.contiguous() for name, t in weights.items()}
@@ -301,6 +198,11 @@ class Transformer(nn.Module):
         ref = self.tok_embeddings.weight
         device, dtype = device or ref.device, dtype or ref.dtype
         shape = (c.n_layers, batch_size, c.n_kv_heads, c.seq_len, c.head_dim)
+        self.k_cache = self.v_cache = self._graph = None  # the old cache's memory counts as free
+        need = kv_cache_bytes(c, batch_size, c.seq_len, dtype)
+        check_fits(f"the KV cache for batch {batch_size} x context {c.seq_len} ({c.n_layers} layers x {c.n_kv_heads} "
+                   f"kv heads x {c.head_dim}, {str(dtype).removeprefix('torch.')})", need, device,
+                   "lower the batch size or the context (--batch-size, --max-context)")
         self.k_cache = torch.zeros(shape, device=device, dtype=dtype)
         self.v_cache = torch.zeros(shape, device=device, dtype=dtype)
         self.pos = torch.zeros(batch_size, dtype=torch.long, device=device)  # [B]
@@ -460,19 +362,15 @@ class Transformer(nn.Module):
         return self._graph_logits
 
 
-def load_checkpoint(path, device="cpu", dtype=None) -> Transformer:
-    """Build a Transformer from a llama2.c checkpoint (v0/v1/v2, see models/checkpoint.py).
+# -----------------------------------------------------------------------------
+# loading
 
-    float32 by default; bfloat16/float16 only on CUDA (CPU half-precision matmuls are slow and
-    lose accuracy against run.c).  Raises CheckpointError for a malformed file.
-    """
-    device = torch.device(device)
-    dtype = dtype or torch.float32
-    if dtype in (torch.float16, torch.bfloat16) and device.type != "cuda":
-        raise ValueError(f"dtype {dtype} is only supported on CUDA; use float32 on {device}")
-    if not dtype.is_floating_point:
-        raise ValueError(f"dtype must be a floating point type, got {dtype}")
-    config, weights = read_checkpoint(path)
+
+def _empty_model(config: ModelConfig, device, dtype) -> Transformer:
+    """A Transformer with uninitialised parameters on device/dtype (built on the meta device: no init cost)."""
+    check_fits(f"the weights ({sum(math.prod(s) for s in weight_shapes(config).values()):,} values in {dtype})",
+               sum(math.prod(s) for s in weight_shapes(config).values()) * torch.empty((), dtype=dtype).element_size(),
+               device, "use a smaller model or dtype")
     with torch.device("meta"):
         model = Transformer(config)
     model = model.to_empty(device=device).to(dtype)
@@ -482,5 +380,43 @@ def load_checkpoint(path, device="cpu", dtype=None) -> Transformer:
     cos, sin = rope_multipliers(config)
     model.rope_cos, model.rope_sin = cos.to(device), sin.to(device)
     model.positions = torch.arange(config.seq_len, device=device)
+    return model
+
+
+def load_checkpoint(path, device="cpu", dtype=None, max_context: int | None = None) -> Transformer:
+    """Build a Transformer from a llama2.c checkpoint (v0/v1/v2, models/checkpoint.py) or a Hugging Face model
+    directory (config.json + safetensors, models/hf.py), told apart by content; an ORG/NAME hub id is resolved
+    through huggingface_hub when it is not a local path.
+
+    The context (seq_len) is the checkpoint's (llama2.c's header, HF's max_position_embeddings), capped by
+    max_context. float32 by default; bfloat16/float16 only on CUDA (CPU half-precision matmuls are slow and
+    lose accuracy). Raises CheckpointError for a malformed checkpoint or NaN/Inf weights (naming the tensor),
+    OutOfMemoryError for weights the device cannot hold.
+    """
+    from .hf import HFCheckpoint, hf_directory, resolve_checkpoint
+
+    device = torch.device(device)
+    dtype = dtype or torch.float32
+    if not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating point type, got {dtype}")
+    if dtype in (torch.float16, torch.bfloat16) and device.type != "cuda":
+        raise ValueError(f"dtype {dtype} is only supported on CUDA; use float32 on {device}")
+    if max_context is not None and (isinstance(max_context, bool) or not isinstance(max_context, int)
+                                    or max_context <= 0):
+        raise ValueError(f"max_context must be a positive integer, got {max_context!r}")
+    path = resolve_checkpoint(path)
+    if hf_directory(path) is not None:
+        ckpt = HFCheckpoint(path, max_context=max_context)
+        model = _empty_model(ckpt.config, device, dtype)
+        with torch.no_grad():
+            model.load_outer(ckpt.outer_weights())
+            for l in range(ckpt.config.n_layers):  # one layer of file tensors at a time
+                model.load_layer(l, ckpt.layer_weights(l))
+        model.hf_info = ckpt.info
+        return model.eval()
+    config, weights = read_checkpoint(path)
+    if max_context is not None and max_context < config.seq_len:
+        config = dataclasses.replace(config, seq_len=max_context)
+    model = _empty_model(config, device, dtype)
     model.load_weights(weights)
     return model.eval()

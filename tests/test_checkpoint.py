@@ -1,5 +1,6 @@
 """Checkpoint reading/writing: round trips, hand-packed files in each llama2.c layout, bad files."""
 
+import dataclasses
 import struct
 
 import numpy as np
@@ -346,3 +347,33 @@ def test_export_tool_converts_between_versions(tmp_path, capsys):
         src = dst
     assert export_main([str(tmp_path / "missing.bin"), str(tmp_path / "x.bin")]) == 2
     assert "missing.bin" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_weights_are_refused_naming_the_tensor(tmp_path, version, bad):
+    """One bad value anywhere (here one layer of wk, and one embedding row) refuses the file at read."""
+    c = CONFIGS["gqa_unshared"]
+    for name, index in [("wk", (2, 5, 7)), ("token_embedding", (11, 0))]:
+        w = random_weights(c, seed=2)
+        w[name][index] = bad
+        path = tmp_path / f"{name}.bin"
+        write_checkpoint(path, c, w, version=version)
+        with pytest.raises(CheckpointError) as info:
+            read_checkpoint(path)
+        msg = str(info.value)
+        assert f"tensor {name}" in msg and "finite" in msg and str(path) in msg and "\n" not in msg
+        if version != 2:  # int8 scales turn one bad value into a bad group; the float formats keep its place
+            assert f"at index {list(index)}" in msg
+
+
+def test_writer_refuses_what_llama2c_cannot_express(tmp_path):
+    from batchmask.models.config import RopeConfig
+    base = CONFIGS["mha_shared"]
+    for change, needle in [(dict(rope=RopeConfig(theta=5e5)), "rope_theta"), (dict(norm_eps=1e-6), "rms_norm_eps"),
+                           (dict(qkv_bias=True), "biases"), (dict(head_size=4), "head_dim"),
+                           (dict(rope=RopeConfig(kind="linear", factor=2.0)), "rope scaling")]:
+        c = dataclasses.replace(base, **change)
+        with pytest.raises(CheckpointError, match=needle):
+            write_checkpoint(tmp_path / "m.bin", c, random_weights(c))
+        assert not (tmp_path / "m.bin").exists()
