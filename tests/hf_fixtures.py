@@ -33,6 +33,8 @@ def save(model, path: Path, dtype=None, max_shard_size=None) -> Path:
     """save_pretrained into `path` (in `dtype` if given, which converts `model` too; sharded if max_shard_size)."""
     if dtype is not None:
         model = model.to(dtype)
+    from transformers.utils import logging
+    logging.disable_progress_bar()  # keeps stderr for the messages the tests read
     kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
     model.save_pretrained(path, **kwargs)
     return path
