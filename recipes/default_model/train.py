@@ -25,6 +25,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -48,7 +49,8 @@ DATA_SEED, EVAL_SEED = 1, 3
 
 
 # --- model ------------------------------------------------------------------------------------
-def _attend(attn, q, k, v, mask=None):
+def _attend(attn: torch.nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+            mask: torch.Tensor | None = None) -> torch.Tensor:
     """q [B, H, Tq, hd], k/v [B, KV, Tk, hd] -> [B, Tq, H * hd]; causal when mask is None."""
     group = attn.n_heads // attn.n_kv_heads
     if group > 1:
@@ -137,7 +139,9 @@ def sample_batch(step: int, lengths: torch.Tensor, batch_size: int, seed: int, g
     return by_length[start:start + batch_size]
 
 
-def train_steps(model, data: Dataset, optimizer, steps: range, progress, args, pad_id: int, log=None) -> float:
+def train_steps(model: Transformer, data: Dataset, optimizer: torch.optim.Optimizer, steps: range,
+                progress: Callable[[int], float], args: argparse.Namespace, pad_id: int,
+                log: Callable[[int, float], None] | None = None) -> float:
     """Run optimisation steps; `progress(step)` -> fraction of the run done (drives the cosine).
 
     Returns the mean loss of the last (up to 50) steps.
@@ -217,9 +221,9 @@ def evaluate(model: Transformer, tok: Tokenizer, n: int = 200, seed: int = EVAL_
 
 
 # --- the run ------------------------------------------------------------------------------
-def _logger(start_time: float, budget: str, every: int = 25):
+def _logger(start_time: float, budget: str, every: int = 25) -> Callable[[int, float], None]:
     """A logger printing one progress line on stderr every `every` steps."""
-    def log(step, loss):
+    def log(step: int, loss: float) -> None:
         if step % every == 0:
             elapsed = time.time() - start_time
             print(f"step {step:5d}  loss {loss:.4f}  {elapsed / 60:5.1f} min of {budget}", file=sys.stderr, flush=True)
