@@ -2,8 +2,8 @@
 with the default model's training recipe.
 
     >>> ex = make_examples(1, seed=0)[0]                 # the eval split
-    >>> ex.task, ex.tool, ex.args                        # e.g.
-    ('please work out 6 times 9', 'calc', {'expr': '6*9'})
+    >>> ex.task, ex.tool, ex.args
+    ('which files are in letters/music?', 'list_dir', {'path': 'letters/music'})
 
 Every example is a task in words and the one call that answers it, for the built-in tools of
 `ToolRegistry.defaults()`:

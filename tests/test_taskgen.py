@@ -322,3 +322,13 @@ def test_training_names_are_fresh_and_cover_every_letter(train):
     assert set("abcdefghijklmnopqrstuvwxyz0123456789_-") <= chars
     assert any(c.isupper() for c in chars)
     assert max(len(n) for n in stems) <= 16
+
+
+def test_the_module_docstring_examples_hold():
+    import doctest
+
+    import batchmask.taskgen
+    import recipes.default_model.tasks
+    for module in (batchmask.taskgen, recipes.default_model.tasks):
+        result = doctest.testmod(module)
+        assert result.attempted and not result.failed, module.__name__

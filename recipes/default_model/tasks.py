@@ -1,8 +1,8 @@
 """The default model's training split: training phrasings, real-word names, invented names, and `echo`.
 
     >>> from recipes.default_model.tasks import make_train_examples
-    >>> make_train_examples(1, seed=0)[0].task                      # e.g.
-    'what is 12 times 7?'
+    >>> make_train_examples(1, seed=0)[0].task
+    "put the text 'Ploa done' in stret/eemu/Myst.txt"
 
 The generator and the held-out eval split live in the library (batchmask/taskgen.py, which
 `batchmask ablate` uses); this module only says what training draws from. Training shares none of
