@@ -24,6 +24,9 @@ pointless). OUT.json is rewritten after every section, so a run cut short still 
                constrained vs free, eager vs CUDA graphs (tokens/s, ms/step, constrained/free step ratio), and
                the bare decode loop (benchmarks/generate.py step_overhead). Targets: ratio <= 1.02;
                >= 200,000 tok/s at B = 512 with graphs.
+  hf_model     a SmolLM2-135M-shaped random Hugging Face directory (dim 576, 30 layers, 9/3 heads, vocab 49152,
+               tied; bf16 safetensors) through load_checkpoint in bf16: graphed decode == eager, then decode
+               tokens/s at B in {1, 16, 64}, eager and with CUDA graphs.
 
 --smoke runs all of it at tiny sizes on the CPU (Triton under TRITON_INTERPRET=1, set below before triton is
 imported; a small synthetic vocabulary and model). The CUDA-only parts get CPU stand-ins: a host memcpy for the
@@ -75,7 +78,7 @@ from benchmarks.generate import (  # noqa: E402
     synthetic_tokenizer,
 )
 from benchmarks.mask import masker_steps, widen  # noqa: E402
-from benchmarks.model import STORIES15M  # noqa: E402
+from benchmarks.model import SMOLLM2_135M, STORIES15M, bench_decode, write_random_hf  # noqa: E402
 from tests.grammar_fixtures import make_random_grammar  # noqa: E402
 
 LOGIT_DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -105,6 +108,12 @@ GPU = Plan("cuda", 1 << 30, 64, [1, 64, 512, 4096], [32000, 128 * 1024], [1, 64,
 SMOKE_PLAN = Plan("cpu", 1 << 22, 5, [2], [600, 1500], [2], 4,
                   ModelConfig(dim=32, hidden_dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=600,
                               seq_len=256), torch.float32, 600, 2, 2, 3)
+
+
+# the hf_model section: a SmolLM2-135M-shaped random HF directory on the GPU; a tiny one of the same kind in the smoke
+HF_MODELS = {"cuda": (SMOLLM2_135M, [1, 16, 64]),
+             "cpu": (ModelConfig(dim=64, hidden_dim=96, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=600,
+                                 seq_len=128, rope=SMOLLM2_135M.rope), [2])}
 
 
 class KernelMismatch(AssertionError):
@@ -362,6 +371,60 @@ def section_generation(plan: Plan, state: dict, deadline: float) -> dict:
             "model": config.__dict__, "model_dtype": str(plan.model_dtype)}
 
 
+def section_hf_model(plan: Plan, state: dict, deadline: float) -> dict:
+    """A SmolLM2-135M-shaped random Hugging Face directory (benchmarks/model.py write_random_hf: bf16 safetensors)
+    loaded through load_checkpoint in the plan's dtype: graphed decode == eager for a few steps, then decode tokens/s
+    at each batch size, eager and with CUDA graphs (benchmarks/model.py bench_decode). The smoke has no graphs:
+    eager only, its graph check a static-buffer stand-in."""
+    import tempfile
+
+    from batchmask.models.llama import load_checkpoint
+    config, batches = HF_MODELS[plan.device]
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        model = load_checkpoint(write_random_hf(Path(tmp) / "hf", config), device=plan.device,
+                                dtype=plan.model_dtype, max_context=config.seq_len)
+        sync(plan)
+        load_s = time.perf_counter() - t0
+    dev = torch.device(plan.device)
+    gen = torch.Generator().manual_seed(0)
+    prompts = torch.randint(0, config.vocab_size, (3, 7), generator=gen).to(dev)
+    fed = torch.randint(0, config.vocab_size, (4, 3), generator=gen).to(dev)
+
+    def steps(graphed: bool) -> torch.Tensor:
+        model.setup_cache(3)
+        model.prefill(torch.arange(3), prompts, torch.tensor([7, 3, 5]))
+        if graphed:
+            model.capture_decode()
+            return torch.stack([model.decode_graphed(fed[i]).clone() for i in range(4)])
+        step = StaticBufferDecode(model) if plan.device != "cuda" else model
+        return torch.stack([step.decode(fed[i]).clone() for i in range(4)])
+
+    eager = steps(False)
+    other = steps(plan.device == "cuda")
+    graph_err = float((other - eager).abs().max() / eager.abs().max())
+    log(f"  loaded in {load_s:.2f} s ({str(plan.model_dtype).removeprefix('torch.')}); graphed vs eager logits: "
+        f"max relative difference {graph_err:.2e}")
+    if not graph_err < 2e-2:
+        raise AssertionError(f"graphed decode differs from eager: {graph_err:.3g} relative")
+    runs, skipped = [], []
+    log(f"  {'B':>4} {'decode':<7} {'tok/s':>10} {'ms/step':>8}")
+    for B in batches:
+        for graphed in ((False, True) if plan.device == "cuda" else (False,)):
+            if time.perf_counter() > deadline:
+                skipped.append(f"B={B} graphs={graphed}: time budget spent")
+                continue
+            tps, step_s, context = bench_decode(model, B, 16 if plan.device == "cuda" else 2,
+                                                5 if plan.device == "cuda" else 2, dev, graphed)
+            runs.append({"B": B, "graphs": graphed, "tokens_per_s": tps, "ms_per_step": 1e3 * step_s,
+                         "mean_context": context})
+            log(f"  {B:>4} {'graphs' if graphed else 'eager':<7} {tps:>10.0f} {1e3 * step_s:>8.3f}")
+    model.setup_cache(1)
+    return {"model": {k: v for k, v in config.__dict__.items() if k != "rope"}, "rope_theta": config.rope.theta,
+            "dtype": str(plan.model_dtype), "load_s": load_s, "graph_vs_eager_rel": graph_err, "runs": runs,
+            "skipped": skipped, "graph_note": "" if plan.device == "cuda" else "CPU: eager only"}
+
+
 # ----------------------------------------------------------------------------------------------------------
 # summary
 
@@ -391,6 +454,9 @@ def summary_rows(report: dict) -> list[tuple[str, str, str]]:
     for l in gen.get("loop", []):
         rows.append((f"step ratio B={l['B']} {'graphs' if l['graphs'] else 'eager'} (loop)",
                      f"{l['ratio']:.3f} ({l['constrained_ms']:.3f} / {l['free_ms']:.3f} ms)", "<= 1.02"))
+    for r in s.get("hf_model", {}).get("runs", []):
+        rows.append((f"SmolLM2-135M shape B={r['B']} {'graphs' if r['graphs'] else 'eager'}",
+                     f"{r['tokens_per_s']:,.0f} tok/s, {r['ms_per_step']:.3f} ms/step", ""))
     for name, sec in s.items():
         if "error" in sec:
             rows.append((f"{name}", "FAILED: " + sec["error"].splitlines()[-1][:80], ""))
@@ -470,6 +536,7 @@ def main():
         report["sections"]["generation"] = {"error": "skipped: no compiled grammar (the compile section failed)"}
     else:
         run("generation", section_generation, started + args.budget_s)
+    run("hf_model", section_hf_model, started + args.budget_s + 60)
     save()
     print_summary(report)
     log(f"# wrote {args.out} ({time.perf_counter() - started:.1f} s)")

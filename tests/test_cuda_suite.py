@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = ["bandwidth", "compile", "correctness", "kernels", "generation"]
+SECTIONS = ["bandwidth", "compile", "correctness", "kernels", "generation", "hf_model"]
 
 pytest.importorskip("triton")
 
@@ -54,6 +54,9 @@ def test_smoke_figures_are_complete(smoke_report):
         if r["mode"] == "constrained":  # whatever the random model does, the grammar makes every call valid
             assert r["valid_calls"] == 1.0
     assert {l["graphs"] for l in gen["loop"]} == {False, True}
+    hf = s["hf_model"]  # the HF-directory model: loaded, checked against eager, timed at every batch size
+    assert not hf["skipped"] and hf["graph_vs_eager_rel"] < 2e-2 and hf["load_s"] > 0
+    assert [r["B"] for r in hf["runs"]] == [2] and all(r["tokens_per_s"] > 0 for r in hf["runs"])
 
 
 def test_tokenizer_falls_back_to_a_synthetic_vocabulary(tmp_path):
