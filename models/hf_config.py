@@ -31,6 +31,12 @@ DTYPES = ("float32", "bfloat16", "float16")
 MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size")
 
 
+# ModelConfig field -> the config.json field it comes from (for messages)
+HF_NAMES = {"dim": "hidden_size", "hidden_dim": "intermediate_size", "n_layers": "num_hidden_layers",
+            "n_heads": "num_attention_heads", "n_kv_heads": "num_key_value_heads", "vocab_size": "vocab_size",
+            "seq_len": "max_position_embeddings", "norm_eps": "rms_norm_eps"}
+
+
 @dataclass(frozen=True)
 class HFInfo:
     """What config.json says beyond the shapes: for messages and the KV cache report."""
@@ -176,4 +182,8 @@ def parse_hf_config(cfg: dict, path, max_context: int | None = None) -> tuple[Mo
         shared_classifier=_get(cfg, path, "tie_word_embeddings", bool, False), rope=_rope(cfg, path),
         norm_eps=_get(cfg, path, "rms_norm_eps", float, EPS_DEFAULT), qkv_bias=arch == "Qwen2ForCausalLM",
         head_size=0 if head_dim == dim // n_heads and dim % n_heads == 0 else head_dim)
-    return config.validate(path), HFInfo(arch, max_positions, dtype)
+    try:
+        config.validate(path)
+    except CheckpointError as e:  # say it in config.json's words
+        raise CheckpointError(path, HF_NAMES.get(e.field, e.field), e.expected, e.found) from None
+    return config, HFInfo(arch, max_positions, dtype)

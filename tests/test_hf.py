@@ -112,6 +112,32 @@ def test_max_context_caps_the_context_and_the_cache(written):
     assert load_checkpoint(path).config.seq_len == 160  # max_position_embeddings
 
 
+def test_max_context_caps_a_llama2c_file_too(tmp_path):
+    from batchmask.models.checkpoint import ModelConfig, random_weights, write_checkpoint
+    c = ModelConfig(dim=32, hidden_dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=50, seq_len=64)
+    write_checkpoint(tmp_path / "m.bin", c, random_weights(c))
+    x = tokens(20, vocab=50, rows=1)
+    capped = load_checkpoint(tmp_path / "m.bin", max_context=24)
+    assert capped.config.seq_len == 24 and load_checkpoint(tmp_path / "m.bin", max_context=1000).config.seq_len == 64
+    assert torch.equal(capped.logits(x), load_checkpoint(tmp_path / "m.bin").logits(x))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_graph_decode_of_a_bf16_hf_model_matches_eager(written):
+    model = load_checkpoint(written("qwen2-bias-untied-bf16")[0], device="cuda", dtype=torch.bfloat16)
+    prompts, fed = tokens(6, rows=3).cuda(), tokens(4, seed=1, rows=3).T.contiguous().cuda()
+    lengths = torch.tensor([6, 2, 4])
+
+    def run(graphed):
+        model.setup_cache(3)
+        model.prefill(torch.arange(3), prompts, lengths)
+        if graphed:
+            model.capture_decode()
+        step = model.decode_graphed if graphed else model.decode
+        return torch.stack([step(fed[i]).clone() for i in range(4)])
+    torch.testing.assert_close(run(True), run(False), rtol=2e-2, atol=2e-2)
+
+
 def test_a_cache_the_machine_cannot_hold_is_refused_before_allocating(written):
     model = load_checkpoint(written("mistral-head-dim")[0])
     with pytest.raises(OutOfMemoryError, match=r"KV cache for batch 10000000 x context 160 .* needs [\d.]+ GiB") as e:
@@ -183,6 +209,7 @@ def test_config_with_fewer_layers_than_the_weights(written, tmp_path):
     (dict(quantization_config={"quant_method": "gptq"}), ["quantization_config", "gptq"]),
     (dict(attention_bias=True), ["attention_bias"]),
     (dict(num_attention_heads="4"), ["num_attention_heads", "positive integer"]),
+    (dict(num_attention_heads=3), ["num_key_value_heads", "divisor"]),
 ])
 def test_config_refusals(written, tmp_path, change, needles):
     d = copy_of(written, "llama-gqa-untied-llama3", tmp_path)
