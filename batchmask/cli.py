@@ -43,7 +43,7 @@ def _dtype(name: str | None, device):
     return table[name]
 
 
-def load_model_and_tokenizer(checkpoint, tokenizer_path, device, dtype):
+def load_model_and_tokenizer(checkpoint, tokenizer_path, device, dtype, eos_id=None):
     """The checkpoint and tokenizer (default: the embedded model), checked against each other."""
     from batchmask.models.checkpoint import check_vocab
     from batchmask.models.llama import load_checkpoint
@@ -66,8 +66,9 @@ def load_model_and_tokenizer(checkpoint, tokenizer_path, device, dtype):
     for what, p in (("checkpoint", checkpoint), ("tokenizer", tokenizer_path)):
         if not Path(p).exists():
             raise ValueError(f"{what} not found: {p}")
-    tokenizer = load_tokenizer(tokenizer_path)
+    tokenizer = load_tokenizer(tokenizer_path, eos_id=eos_id)
     model = load_checkpoint(checkpoint, device=device, dtype=dtype)
+    tokenizer.pad_to(model.config.vocab_size)  # an embedding padded past a HF/raw-byte vocabulary: never legal
     check_vocab(model.config, tokenizer.vocab_size, checkpoint, tokenizer_path)
     return model, tokenizer
 
@@ -194,7 +195,8 @@ def cmd_generate(args) -> int:
     device = dist.device if dist else _device(args.device)
     tasks, task_limits = read_tasks(args.tasks)
     registry = load_registry(args.tools)
-    model, tokenizer = load_model_and_tokenizer(args.checkpoint, args.tokenizer, device, _dtype(args.dtype, device))
+    model, tokenizer = load_model_and_tokenizer(args.checkpoint, args.tokenizer, device, _dtype(args.dtype, device),
+                                                args.eos_id)
     grammar = None if args.no_constrain else load_grammar(args, registry, tokenizer, device)
     out_path = Path(args.out) if args.out and args.out != "-" else None
     if args.resume and out_path is None:
@@ -254,7 +256,8 @@ def cmd_generate(args) -> int:
 def cmd_ablate(args) -> int:
     from .ablation import run_ablation
     device = _device(args.device)
-    model, tokenizer = load_model_and_tokenizer(args.checkpoint, args.tokenizer, device, _dtype(args.dtype, device))
+    model, tokenizer = load_model_and_tokenizer(args.checkpoint, args.tokenizer, device, _dtype(args.dtype, device),
+                                                args.eos_id)
     report = run_ablation(model, tokenizer, n=args.n, batch_size=args.batch_size,
                           max_new_tokens=args.max_new_tokens, seed=args.seed, max_string=args.max_string)
     print(report.table())
@@ -272,7 +275,7 @@ def cmd_compile(args) -> int:
     tok_path = args.tokenizer or (DEFAULT_DIR / "tokenizer.model")
     if not Path(tok_path).exists():
         raise ValueError(f"tokenizer not found: {tok_path}")
-    tokenizer = load_tokenizer(tok_path)
+    tokenizer = load_tokenizer(tok_path, eos_id=args.eos_id)
     t = time.perf_counter()
     g = compile_grammar(registry, tokenizer, max_string=args.max_string, utf8=not args.bytes,
                         device=_device(args.device))
@@ -289,9 +292,15 @@ def cmd_compile(args) -> int:
 
 
 # --- argument parsing ---------------------------------------------------------------------------
+def _eos_arg(p):
+    p.add_argument("--eos-id", type=int, help="the end-of-sequence token id, for a vocabulary whose files name none "
+                   "(the end tokens they do name stay stop ids)")
+
+
 def _model_args(p):
     p.add_argument("--checkpoint", help="llama2.c checkpoint (.bin); default: the embedded model")
     p.add_argument("--tokenizer", help="tokenizer.model or tokenizer.bin; default: beside the checkpoint")
+    _eos_arg(p)
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N (default: cuda if available)")
     p.add_argument("--dtype", default="auto", help="float32 (CPU default), bfloat16 (CUDA default), float16")
     p.add_argument("--batch-size", type=int, default=16)
@@ -329,7 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("compile", help="compile a registry against a tokenizer and write the cache file")
     c.add_argument("--tools", help="tool registry JSON (default: the built-in tools)")
-    c.add_argument("--tokenizer", help="tokenizer.model or tokenizer.bin (default: the embedded model's)")
+    c.add_argument("--tokenizer", help="tokenizer.model, tokenizer.bin, tokenizer.json or a model directory "
+                   "(default: the embedded model's)")
+    _eos_arg(c)
     c.add_argument("--max-string", type=int, default=256)
     c.add_argument("--bytes", action="store_true", help="the seed's byte rule instead of whole UTF-8 characters")
     c.add_argument("--device", default="cpu")
