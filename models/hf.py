@@ -80,7 +80,8 @@ def resolve_checkpoint(spec) -> Path:
     """A local path as given; otherwise an ORG/NAME hub id through huggingface_hub's snapshot_download (the
     config, safetensors and tokenizer files only; the local cache and HF_HUB_OFFLINE respected)."""
     p = Path(spec)
-    if p.exists() or not HUB_ID.fullmatch(str(spec)):
+    # a path whose folder exists here is a local path with a typo, not a hub id
+    if p.exists() or not HUB_ID.fullmatch(str(spec)) or p.parent.is_dir():
         return p
     try:
         import huggingface_hub

@@ -12,9 +12,11 @@ import torch
 from .config import ModelConfig
 
 
-def kv_cache_bytes(config: ModelConfig, batch_size: int, context: int, dtype=torch.float32) -> int:
+def kv_cache_bytes(config: ModelConfig, batch_size: int, context: int, dtype: torch.dtype | str = torch.float32) -> int:
     """Bytes of the static K and V caches for `batch_size` rows of `context` positions in `dtype`
     (2 x n_layers x batch x n_kv_heads x context x head_dim elements)."""
+    if isinstance(dtype, str):  # "bfloat16", "torch.float16"
+        dtype = getattr(torch, dtype.removeprefix("torch."))
     elem = torch.empty((), dtype=dtype).element_size()
     return 2 * config.n_layers * int(batch_size) * config.n_kv_heads * int(context) * config.head_dim * elem
 

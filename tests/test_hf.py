@@ -292,10 +292,11 @@ def test_hub_id_asks_for_the_model_files(monkeypatch, written):
     huggingface_hub = pytest.importorskip("huggingface_hub")
     from batchmask.models import hf
     path, _ = written("llama-bf16")
-    seen = {}
+    seen, calls = {}, []
 
     def fake_snapshot_download(repo_id, allow_patterns=None, **kwargs):
         seen.update(repo_id=repo_id, allow_patterns=allow_patterns)
+        calls.append(repo_id)
         return str(path)
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot_download)
     assert hf.resolve_checkpoint("meta-llama/Llama-3.2-1B-Instruct") == path
@@ -303,3 +304,6 @@ def test_hub_id_asks_for_the_model_files(monkeypatch, written):
     assert {"config.json", "*.safetensors", "model.safetensors.index.json"} <= set(seen["allow_patterns"])
     assert any(p.startswith("tokenizer") for p in seen["allow_patterns"])
     assert hf.resolve_checkpoint("no/such/local/path.bin") == Path("no/such/local/path.bin")  # not an id: as given
+    monkeypatch.chdir(path.parent)
+    assert hf.resolve_checkpoint(f"{path.name}/typo.bin") == Path(path.name, "typo.bin")  # its folder exists: local
+    assert calls == ["meta-llama/Llama-3.2-1B-Instruct"]  # only the id went to the hub
