@@ -1,10 +1,18 @@
-"""The tool registry: which tools a call may name, and which arguments each must carry.
+"""The tool registry: which tools a call may name, and what arguments each takes.
 
-A tool has a name, a one-line description and named arguments. Each argument has a type
-(`string` or `number`; both travel as quoted JSON strings, so the grammar treats them alike)
-and a `required` flag. Only required arguments enter the grammar, in declaration order: an
-optional one would make the call's path branch, and a small model has no business choosing
-whether to supply it.
+Two kinds of tool, told apart by `Tool.parameters`:
+
+  * native (parameters None): named arguments, each with a type (`string` or `number`; both travel
+    as quoted JSON strings, so the grammar treats them alike) and a `required` flag. Only required
+    arguments enter the grammar, in declaration order, under the seed's byte rule and caps.
+  * typed (parameters a JSON Schema of the arguments object): OpenAI function calling
+    (`{"type": "function", "function": {...}}` or the flat `{"type": "function", "name", "parameters"}`),
+    MCP (`inputSchema`) and Anthropic (`input_schema`) entries. The schema must be in the subset
+    batchmask.schema supports (docs/json-schema.md); it is checked when the registry is built. `args`
+    is then a view of its top-level properties (for catalogues), `type` the schema's type as written.
+
+Every tool keeps `source`, its entry exactly as read (prompts and chat templates need it verbatim).
+`canonical_json()` / `fingerprint()` cover everything a call grammar depends on.
 
 The `answer` tool (one argument, `text`) is always present and always first, so a model that
 has nothing better to do can still reply in a well-formed call.
@@ -39,10 +47,27 @@ class Tool:
     name: str
     description: str
     args: tuple[ToolArg, ...] = field(default_factory=tuple)
+    parameters: dict | None = field(default=None, hash=False)               # JSON Schema; None: native
+    source: dict | None = field(default=None, hash=False, compare=False)    # the entry as read
 
     @property
     def required_args(self) -> tuple[ToolArg, ...]:
         return tuple(a for a in self.args if a.required)
+
+    @property
+    def typed(self) -> bool:
+        return self.parameters is not None
+
+    def canonical(self) -> dict:
+        """What the grammar depends on: the name and, typed, the parameters without annotations (key order
+        kept: properties are generated in declared order); native, the required args in order."""
+        if self.parameters is None:
+            return {"name": self.name, "args": [{"name": a.name} for a in self.required_args]}
+        from .schema import canonical_schema
+        return {"name": self.name, "parameters": canonical_schema(self.parameters)}
+
+    def canonical_json(self) -> str:
+        return json.dumps(self.canonical(), ensure_ascii=False, separators=(",", ":"))
 
 
 ANSWER = Tool("answer", "Reply to the user directly with a short text.",
@@ -74,7 +99,8 @@ def _check_name(name, what: str) -> str:
 class ToolRegistry:
     """An ordered, validated set of tools. `answer` is always first."""
 
-    def __init__(self, tools: Iterable[Tool], source: str = "<registry>"):
+    def __init__(self, tools: Iterable[Tool], source: str = "<registry>", options=None):
+        """`options` (batchmask.schema.SchemaOptions) are the caps typed tools' schemas are checked under."""
         tools = list(tools)
         seen: set[str] = set()
         for i, tool in enumerate(tools):
@@ -84,6 +110,9 @@ class ToolRegistry:
             if tool.name in seen:
                 raise RegistryError(f"{where}: duplicate tool name")
             seen.add(tool.name)
+            if tool.parameters is not None:
+                _check_schema(tool, where, options)
+                continue
             arg_names: set[str] = set()
             for a in tool.args:
                 _check_name(a.name, f"{where}: arg #{len(arg_names)}")
@@ -110,8 +139,9 @@ class ToolRegistry:
         return cls(_DEFAULT_TOOLS, source="<defaults>")
 
     @classmethod
-    def from_json(cls, path) -> ToolRegistry:
-        """Read `{"tools": [...]}` (or a bare list) of native or function-calling tool entries."""
+    def from_json(cls, path, options=None) -> ToolRegistry:
+        """Read `{"tools": [...]}`, a bare list, or an MCP `tools/list` response (`{"result": {"tools": [...]}}`)
+        of native, OpenAI, MCP or Anthropic tool entries."""
         path = Path(path)
         try:
             raw = path.read_text(encoding="utf-8")
@@ -123,17 +153,20 @@ class ToolRegistry:
             obj = json.loads(raw)
         except json.JSONDecodeError as e:
             raise RegistryError(f"{path}: not valid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
-        return cls.from_obj(obj, source=str(path))
+        return cls.from_obj(obj, source=str(path), options=options)
 
     @classmethod
-    def from_obj(cls, obj, source: str = "<registry>") -> ToolRegistry:
+    def from_obj(cls, obj, source: str = "<registry>", options=None) -> ToolRegistry:
+        """The same forms as from_json, already parsed."""
+        if isinstance(obj, dict) and "tools" not in obj and isinstance(obj.get("result"), dict):
+            obj = obj["result"]                                   # an MCP tools/list response
         entries = obj.get("tools") if isinstance(obj, dict) else obj
         if not isinstance(entries, list):
             raise RegistryError(f"{source}: expected {{\"tools\": [...]}} or a list of tools, "
                                 f"got {type(obj).__name__}")
         if not entries:
             raise RegistryError(f"{source}: the registry defines no tools")
-        return cls([_parse_entry(e, i, source) for i, e in enumerate(entries)], source=source)
+        return cls([_parse_entry(e, i, source) for i, e in enumerate(entries)], source=source, options=options)
 
     # --- views --------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Tool]:
@@ -156,32 +189,55 @@ class ToolRegistry:
         return [t.name for t in self.tools]
 
     def to_obj(self) -> dict:
-        return {"tools": [{"name": t.name, "description": t.description,
-                           "args": [{"name": a.name, "type": a.type, "required": a.required}
-                                    for a in t.args]} for t in self.tools]}
+        """A registry file's object: native tools in the native form, typed ones as their source entry."""
+        return {"tools": [t.source if t.typed and t.source is not None else
+                          {"name": t.name, "description": t.description, "parameters": t.parameters} if t.typed else
+                          {"name": t.name, "description": t.description,
+                           "args": [{"name": a.name, "type": a.type, "required": a.required} for a in t.args]}
+                          for t in self.tools]}
 
     def grammar_key(self) -> list:
-        """What the grammar depends on: tool names and their required arg names, in order."""
+        """The seed path's key (native tools): tool names and their required arg names, in order."""
         return [[t.name, [a.name for a in t.required_args]] for t in self.tools]
 
+    def canonical_json(self) -> str:
+        """Everything a call grammar depends on, in registry order (Tool.canonical); itself a registry
+        file that reads back into a registry with the same canonical_json."""
+        return '{"tools":[' + ",".join(t.canonical_json() for t in self.tools) + "]}"
+
     def fingerprint(self) -> str:
-        return hashlib.sha256(json.dumps(self.grammar_key()).encode()).hexdigest()
+        return hashlib.sha256(self.canonical_json().encode("utf-8")).hexdigest()
 
     def __repr__(self) -> str:
         return f"ToolRegistry({', '.join(self.names)})"
+
+
+_SCHEMA_KEYS = ("parameters", "inputSchema", "input_schema")
+_EMPTY_ARGS = {"type": "object", "properties": {}}
 
 
 def _parse_entry(e, i: int, source: str) -> Tool:
     where = f"{source}: tools[{i}]"
     if not isinstance(e, dict):
         raise RegistryError(f"{where}: expected an object, got {type(e).__name__}")
-    if "function" in e:  # {"type": "function", "function": {"name", "description", "parameters"}}
+    kind = e.get("type")
+    if "function" in e:  # OpenAI: {"type": "function", "function": {"name", "description", "parameters"}}
         fn = e["function"]
         if not isinstance(fn, dict):
             raise RegistryError(f"{where}: 'function' must be an object")
-        return _parse_function(fn, where)
-    if "parameters" in e and "args" not in e:  # a bare function object
-        return _parse_function(e, where)
+        if kind not in (None, "function"):
+            raise RegistryError(f"{where}: tool type {kind!r} with a 'function' object (expected \"function\")")
+        return _parse_typed(fn, where, "parameters", e)
+    keys = [k for k in _SCHEMA_KEYS if k in e]
+    if len(keys) > 1 or (keys and "args" in e):
+        raise RegistryError(f"{where}: an entry has one of 'args', {', '.join(map(repr, _SCHEMA_KEYS))}; "
+                            f"got {', '.join(map(repr, keys + (['args'] if 'args' in e else [])))}")
+    if kind not in (None, "function", "custom"):
+        raise RegistryError(f"{where}: tool type {kind!r} is not supported (expected a function tool)")
+    if keys:                # flat OpenAI (Responses API), MCP (inputSchema), Anthropic (input_schema)
+        return _parse_typed(e, where, keys[0], e)
+    if kind == "function":
+        return _parse_typed(e, where, "parameters", e)
     name = e.get("name")
     where = f"{where} ({name!r})"
     args_raw = e.get("args", [])
@@ -196,28 +252,50 @@ def _parse_entry(e, i: int, source: str) -> Tool:
             raise RegistryError(f"{where}: arg {a.get('name')!r}: 'required' must be true or false")
         args.append(ToolArg(a.get("name"), _arg_type(a.get("type", "string"), where, a.get("name")),
                             required, str(a.get("description", ""))))
-    return Tool(name, _description(e, where), tuple(args))
+    return Tool(name, _description(e, where), tuple(args), source=e)
 
 
-def _parse_function(fn: dict, where: str) -> Tool:
+def _parse_typed(fn: dict, where: str, key: str, entry: dict) -> Tool:
+    """A tool whose arguments are a JSON Schema under `key`; absent, null or {} mean no arguments."""
     name = fn.get("name")
     where = f"{where} ({name!r})"
-    params = fn.get("parameters", {}) or {}
+    params = fn.get(key)
+    if params is None or params == {}:
+        params = dict(_EMPTY_ARGS)
     if not isinstance(params, dict):
-        raise RegistryError(f"{where}: 'parameters' must be a JSON schema object")
-    props = params.get("properties", {}) or {}
-    required = params.get("required", []) or []
+        raise RegistryError(f"{where}: {key!r} must be a JSON Schema object, got {type(params).__name__}")
+    if params.get("type", "object") != "object":
+        raise RegistryError(f"{where}: {key!r} must describe the arguments object (\"type\": \"object\"), "
+                            f"got type {params.get('type')!r}")
+    props = params.get("properties", {})
+    required = params.get("required", [])
     if not isinstance(props, dict) or not isinstance(required, list):
-        raise RegistryError(f"{where}: 'parameters' needs 'properties' (object) and 'required' (list)")
-    unknown = [r for r in required if r not in props]
-    if unknown:
-        raise RegistryError(f"{where}: required arg {unknown[0]!r} is not among the properties")
-    args = []
-    for arg_name, schema in props.items():
-        schema = schema if isinstance(schema, dict) else {}
-        args.append(ToolArg(arg_name, _arg_type(schema.get("type", "string"), where, arg_name),
-                            arg_name in required, str(schema.get("description", ""))))
-    return Tool(name, _description(fn, where), tuple(args))
+        raise RegistryError(f"{where}: {key!r} needs 'properties' (object) and 'required' (list)")
+    args = tuple(ToolArg(arg, _schema_label(sub), arg in required,
+                         " ".join(str(sub.get("description", "")).split()) if isinstance(sub, dict) else "")
+                 for arg, sub in props.items())
+    return Tool(name, _description(fn, where), args, parameters=params, source=entry)
+
+
+def _schema_label(sub) -> str:
+    """A short label of a property's schema for catalogues: its type as written, or what it is instead."""
+    if not isinstance(sub, dict):
+        return "any" if sub is True else "none"
+    t = sub.get("type")
+    if isinstance(t, str):
+        return t
+    if isinstance(t, list):
+        return "|".join(map(str, t))
+    for k in ("enum", "const", "anyOf", "oneOf", "allOf", "$ref"):
+        if k in sub:
+            return k
+    return "any"
+
+
+def _check_schema(tool: Tool, where: str, options) -> None:
+    """Typed tools are checked against the supported subset when the registry is built (one clear error)."""
+    from .schema import SchemaOptions, schema_node
+    schema_node(tool.parameters, options or SchemaOptions(), where=f"{where} parameters")
 
 
 def _arg_type(t, where: str, arg) -> str:

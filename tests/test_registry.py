@@ -35,7 +35,7 @@ def test_function_calling_form(tmp_path):
     reg = ToolRegistry.from_json(p)
     # declaration order of the properties, required ones only
     assert [a.name for a in reg["get_weather"].required_args] == ["city", "days"]
-    assert reg["get_weather"].args[2].type == "number"
+    assert reg["get_weather"].args[2].type == "integer"          # the schema's type, as written
 
 
 def test_answer_is_moved_first():

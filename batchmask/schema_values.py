@@ -1,0 +1,159 @@
+"""JSON values inside schemas: checks, literals, JSON Schema's equality and types, oneOf disjointness."""
+from __future__ import annotations
+
+import json
+import math
+from fractions import Fraction
+
+__all__ = ["check_disjoint", "check_value", "exact_number", "has_type", "json_equal", "json_literal", "json_type"]
+
+
+def check_value(value, path: str = "") -> None:
+    """Raise ValueError (naming where inside `value`) unless `value` is a JSON value that UTF-8 can hold."""
+    if value is None or isinstance(value, (bool, int)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{path or 'value'}: {value!r} is not a JSON number")
+        return
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"{path or 'value'}: string holds a lone surrogate") from None
+        return
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            check_value(v, f"{path}[{i}]")
+        return
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise ValueError(f"{path or 'value'}: object key {k!r} is not a string")
+            check_value(k, f"{path}.key")
+            check_value(v, f"{path}.{k}")
+        return
+    raise ValueError(f"{path or 'value'}: {type(value).__name__} is not a JSON value")
+
+
+def json_literal(value, separators: tuple[str, str] = (",", ":")) -> bytes:
+    """`value` serialised (json.dumps, ensure_ascii=False, these separators; U+007F as \\u007f), UTF-8."""
+    check_value(value)
+    text = json.dumps(value, ensure_ascii=False, separators=tuple(separators), allow_nan=False)
+    return text.replace("\x7f", "\\u007f").encode("utf-8")     # DEL only ever occurs inside strings
+
+
+def exact_number(v) -> Fraction:
+    """A JSON number's exact value; a float is read as the decimal it was written as (its shortest repr),
+    so "minimum": 0.1 admits the value 0.1."""
+    return Fraction(repr(v)) if isinstance(v, float) else Fraction(v)
+
+
+def json_type(v) -> str:
+    """The narrowest JSON Schema type of a value (1.0 is an integer, as jsonschema reads it)."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, int):
+        return "integer"
+    if isinstance(v, float):
+        return "integer" if v.is_integer() else "number"
+    return {str: "string", list: "array", tuple: "array", dict: "object"}[type(v)]
+
+
+def has_type(v, t: str) -> bool:
+    vt = json_type(v)
+    return vt == t or (t == "number" and vt == "integer")
+
+
+def json_equal(a, b) -> bool:
+    """Equality as JSON Schema means it: 1 == 1.0, but true != 1."""
+    ta, tb = json_type(a), json_type(b)
+    if {ta, tb} <= {"integer", "number"}:
+        return a == b
+    if ta != tb:
+        return False
+    if ta == "array":
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b))
+    if ta == "object":
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+    return a == b
+
+
+# --- oneOf ------------------------------------------------------------------------------------------
+def _signature(s, resolve, seen: tuple):
+    """What a schema can accept at most: ("values", [...]), ("types", {...}) or None (anything)."""
+    if s is False:
+        return ("values", [])
+    if not isinstance(s, dict):
+        return None
+    if "$ref" in s:
+        ref = s["$ref"]
+        return None if ref in seen else _signature(resolve(ref), resolve, seen + (ref,))
+    if "allOf" in s and isinstance(s["allOf"], list) and len(s["allOf"]) == 1:
+        return _signature(s["allOf"][0], resolve, seen)
+    for key in ("anyOf", "oneOf"):
+        if key in s and isinstance(s[key], list):
+            sigs = [_signature(b, resolve, seen) for b in s[key]]
+            if any(g is None for g in sigs):
+                return None
+            if all(g[0] == "values" for g in sigs):
+                return ("values", [v for g in sigs for v in g[1]])
+            return ("types", set().union(*(g[1] if g[0] == "types" else {json_type(v) for v in g[1]}
+                                           for g in sigs)))
+    if "const" in s:
+        return ("values", [s["const"]])
+    if "enum" in s and isinstance(s["enum"], list):
+        return ("values", list(s["enum"]))
+    t = s.get("type")
+    if isinstance(t, str):
+        return ("types", {t})
+    if isinstance(t, list):
+        return ("types", set(t))
+    return None
+
+
+def _types_meet(t: str, u: str) -> bool:
+    return t == u or {t, u} == {"integer", "number"}
+
+
+def _overlap(a, b) -> str | None:
+    """Why two signatures may share a value, or None when they cannot."""
+    if a[0] == "types" and b[0] == "types":
+        for t in sorted(a[1]):
+            for u in sorted(b[1]):
+                if _types_meet(t, u):
+                    return f"both admit {t if t == u else 'integers'}"
+        return None
+    if a[0] == "values" and b[0] == "values":
+        for v in a[1]:
+            if any(json_equal(v, w) for w in b[1]):
+                return f"both admit {json.dumps(v)}"
+        return None
+    values, types = (a[1], b[1]) if a[0] == "values" else (b[1], a[1])
+    for v in values:
+        if any(has_type(v, t) for t in types):
+            return f"both admit {json.dumps(v)}"
+    return None
+
+
+def check_disjoint(branches: list, ptr: str, fail, resolve) -> None:
+    """Refuse (fail(pointer, message)) a oneOf whose branches might both match one value.
+
+    The check is by JSON type (declared `type`, or the values of enum/const; integer meets number) and
+    by value: a sound over-approximation of each branch's language, so an accepted oneOf means anyOf.
+    """
+    sigs = []
+    for i, b in enumerate(branches):
+        g = _signature(b, resolve, ())
+        if g is None:
+            fail(f"{ptr}/{i}", "oneOf is supported only when its branches are disjoint by type or value; "
+                               "this branch has no 'type', enum or const to tell")
+        sigs.append(g)
+    for i in range(len(sigs)):
+        for j in range(i):
+            why = _overlap(sigs[j], sigs[i])
+            if why:
+                fail(f"{ptr}/{i}", f"oneOf branches {j} and {i} may both match ({why}); only disjoint branches "
+                                   "are supported (use anyOf if either may match)")

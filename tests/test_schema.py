@@ -1,0 +1,323 @@
+"""JSON Schema -> grammar nodes, checked against jsonschema (formats on) and a regex written apart.
+
+(a) random members of each node's language (a walk over the tree) validate; (b) values made from the
+schema alone (hypothesis) are in the language iff jsonschema accepts them, within the documented caps.
+"""
+import functools
+import json
+import random
+import re
+from decimal import Decimal
+from pathlib import Path
+
+import jsonschema
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from schema_reference import compile_regex, walk
+
+from batchmask.schema import SchemaOptions, json_literal, schema_node
+
+CATALOGUE = Path(__file__).resolve().parents[1].parent / "shared" / "tools" / "agent_tools.json"
+V = jsonschema.Draft202012Validator
+FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def valid(schema, value) -> bool:
+    return V(schema, format_checker=V.FORMAT_CHECKER).is_valid(value)
+
+
+def decode(data: bytes):
+    return json.loads(data.decode("utf-8"), parse_float=Decimal)
+
+
+def check_walks(schema, n=200, seed=0, options=None, separators=(",", ":")):
+    """(a): every walk parses as JSON, validates, and the reference regex agrees it is in the language."""
+    node = schema_node(schema, options or SchemaOptions(), separators=separators)
+    rx = compile_regex(node)
+    rng = random.Random(seed)
+    for _ in range(n):
+        data = walk(node, rng)
+        assert rx.fullmatch(data), data
+        value = decode(data)
+        assert valid(schema, value), (schema, data)
+        outside = re.sub(rb'"(?:[^"\\]|\\.)*"', b"", data)        # the text outside string literals
+        if separators == (",", ":"):
+            assert not re.search(rb"\s", outside), data               # compact: no whitespace at all
+    return node, rx
+
+
+# --- (a) random walks -------------------------------------------------------------------------------
+WALK_SCHEMAS = [
+    {"type": "string", "minLength": 2, "maxLength": 12},
+    {"type": "string", "format": "date"},
+    {"type": "string", "format": "time"},
+    {"type": "string", "format": "date-time"},
+    {"type": "string", "format": "uuid"},
+    {"type": "string", "pattern": "^[A-Z]{2}-\\d{3,5}(\\.[a-f]+)?$"},
+    {"type": "string", "pattern": "^(?:foo|ba[rz])+[^a-z\"]?$"},
+    {"type": "string", "pattern": "x\\d"},
+    {"type": "integer", "minimum": -1234, "maximum": 98765},
+    {"type": "integer", "exclusiveMinimum": 9, "exclusiveMaximum": 1001},
+    {"type": "integer"},
+    {"type": "number", "minimum": -2.5, "maximum": 1e3},
+    {"type": "number", "exclusiveMinimum": 0},
+    {"type": "number"},
+    {"type": ["string", "null"], "maxLength": 3},
+    {"enum": ["a\"b", 1, 2.5, None, True, [1, {"k": "\u007f"}], {"x\n": [None]}]},
+    {"const": {"é": "\\", "n": -0.0}},
+    {"type": "string", "enum": ["ok", "no", 3], "maxLength": 2},
+    {"anyOf": [{"type": "boolean"}, {"type": "array", "items": {"type": "integer", "maximum": 3}, "maxItems": 3}]},
+    {"oneOf": [{"type": "string", "maxLength": 4}, {"type": "integer"}, {"const": None}]},
+    {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string", "maxLength": 2}],
+     "items": {"type": "boolean"}, "minItems": 1, "maxItems": 5},
+    {"type": "array", "items": {"type": "string", "maxLength": 3}, "minItems": 2, "maxItems": 4},
+    {"type": "object", "properties": {"a": {"type": "integer"}, "b\"\\": {"type": "string", "maxLength": 4},
+                                      "c": {"type": "boolean"}, "d": {"type": "null"}},
+     "required": ["c"], "additionalProperties": False},
+    {"type": "object", "properties": {"x": {"type": "object", "properties": {"y": {"$ref": "#/$defs/Y"}}}},
+     "$defs": {"Y": {"type": "array", "items": {"type": "number", "minimum": 0, "maximum": 1}, "maxItems": 2}}},
+    {"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer", "minimum": 0, "maximum": 9},
+                                                         "kids": {"type": "array", "items": {"$ref": "#/$defs/node"},
+                                                                  "maxItems": 2}},
+                        "required": ["v"]}},
+     "$ref": "#/$defs/node"},
+    {"allOf": [{"type": "string", "maxLength": 2}], "description": "one branch"},
+]
+
+
+@pytest.mark.parametrize("schema", WALK_SCHEMAS, ids=lambda s: json.dumps(s)[:60])
+def test_random_walks_validate(schema):
+    check_walks(schema)
+
+
+def test_separators_are_honoured_everywhere():
+    schema = {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer", "minimum": 0},
+                                                     "minItems": 2,
+                                                     "maxItems": 3},
+                                               "b": {"const": {"k": [1, 2]}}}, "required": ["a", "b"]}
+    node, rx = check_walks(schema, separators=(", ", ": "))
+    data = walk(node, random.Random(3))
+    value = json.loads(data)
+    assert data.decode() == json.dumps(value, separators=(", ", ": "), ensure_ascii=False)
+
+
+def test_recursion_is_unrolled_to_ref_depth():
+    schema = WALK_SCHEMAS[-2]
+    for depth in (1, 2, 3):
+        node = schema_node(schema, SchemaOptions(ref_depth=depth))
+        rx = compile_regex(node)
+        deep = {"v": 1}
+        for _ in range(depth - 1):
+            deep = {"v": 2, "kids": [deep]}
+        assert rx.fullmatch(json.dumps(deep, separators=(",", ":")).encode())
+        assert not rx.fullmatch(json.dumps({"v": 0, "kids": [deep]}, separators=(",", ":")).encode())
+
+
+# --- the shared catalogue -------------------------------------------------------------------------
+def test_catalogue_every_tool_builds_and_its_calls_validate():
+    tools = json.loads(CATALOGUE.read_text())["tools"]
+    rng = random.Random(7)
+    for entry in tools:
+        fn = entry["function"]
+        node = schema_node(fn["parameters"], where=fn["name"])
+        rx = compile_regex(node)
+        strict = dict(fn["parameters"], additionalProperties=False)
+        for _ in range(60):
+            data = walk(node, rng)
+            assert rx.fullmatch(data)
+            assert valid(strict, decode(data)), (fn["name"], data)
+
+
+def test_catalogue_required_and_optional_properties():
+    fn = {t["function"]["name"]: t["function"] for t in json.loads(CATALOGUE.read_text())["tools"]}
+    rx = compile_regex(schema_node(fn["book_flight"]["parameters"]))
+    ok = {"origin": "CDG", "destination": "JFK", "date": "2024-02-29", "passengers": {"adults": 2}}
+    assert rx.fullmatch(json.dumps(ok, separators=(",", ":")).encode())
+    assert rx.fullmatch(json.dumps(dict(ok, cabin="first"), separators=(",", ":")).encode())
+    for bad in [dict(ok, date="2023-02-29"), {k: v for k, v in ok.items() if k != "date"},
+                dict(ok, passengers={"adults": 0}), dict(ok, origin="CDGX"), dict(ok, extra=1),
+                {"destination": "JFK", **{k: v for k, v in ok.items() if k != "destination"}}]:
+        assert not rx.fullmatch(json.dumps(bad, separators=(",", ":")).encode()), bad
+
+
+# --- (b) independent values: in the language iff jsonschema accepts them ---------------------------
+def matches(rx, data: bytes) -> bool:
+    return rx.fullmatch(data) is not None
+
+
+bounds = st.one_of(st.none(), st.integers(-10 ** 6, 10 ** 6))
+
+
+@FAST
+@given(lo=bounds, hi=bounds, lo_ex=st.booleans(), hi_ex=st.booleans(), data=st.data())
+def test_integer_ranges_are_exact(lo, hi, lo_ex, hi_ex, data):
+    schema = {"type": "integer"}
+    if lo is not None:
+        schema["exclusiveMinimum" if lo_ex else "minimum"] = lo
+    if hi is not None:
+        schema["exclusiveMaximum" if hi_ex else "maximum"] = hi
+    try:
+        rx = compile_regex(schema_node(schema))
+    except Exception as e:                                   # empty range: refused, and jsonschema agrees
+        assert "no value satisfies" in str(e)
+        assert not any(valid(schema, v) for v in range(-10 ** 6 - 2, 10 ** 6 + 3, 997))
+        return
+    near = [b + d for b in (lo, hi, 0) if b is not None for d in (-2, -1, 0, 1, 2)]
+    values = near + data.draw(st.lists(st.integers(-10 ** 16, 10 ** 16), max_size=10))
+    cap = 10 ** SchemaOptions().int_digits
+    for v in values:
+        if abs(v) >= cap:
+            assert not matches(rx, str(v).encode())          # beyond the digit cap of an unbounded side
+            continue
+        assert matches(rx, str(v).encode()) == valid(schema, v), (schema, v)
+    # Never a leading zero; "-0" exactly when the range holds 0 and a negative value (documented).
+    assert not matches(rx, b"01") and not matches(rx, b"-01") and not matches(rx, b"1.0")
+    has0, has_neg = valid(schema, 0), valid(schema, -1)
+    assert matches(rx, b"-0") == (has0 and has_neg)
+
+
+def decimal_strings():
+    int_part = st.one_of(st.just("0"), st.integers(1, 10 ** 15 - 1).map(str))
+    frac = st.one_of(st.just(""), st.text("0123456789", min_size=1, max_size=6).map(lambda f: "." + f))
+    return st.tuples(st.sampled_from(["", "-"]), int_part, frac).map("".join)
+
+
+quarters = st.one_of(st.none(), st.integers(-4000, 4000).map(lambda q: q / 4))
+
+
+@FAST
+@given(lo=quarters, hi=quarters, lo_ex=st.booleans(), hi_ex=st.booleans(), data=st.data())
+def test_number_ranges_are_exact(lo, hi, lo_ex, hi_ex, data):
+    schema = {"type": "number"}
+    if lo is not None:
+        schema["exclusiveMinimum" if lo_ex else "minimum"] = lo
+    if hi is not None:
+        schema["exclusiveMaximum" if hi_ex else "maximum"] = hi
+    try:
+        rx = compile_regex(schema_node(schema))
+    except Exception as e:
+        assert "no value satisfies" in str(e)
+        return
+    near = []
+    for b in (lo, hi):
+        if b is not None:
+            for d in ("0", "0.000001", "0.25", "1", "0.0000001"):
+                for sign in (1, -1):
+                    near.append(str(Decimal(repr(b)) + sign * Decimal(d)))
+    values = near + data.draw(st.lists(decimal_strings(), max_size=12))
+    for s in values:
+        d = Decimal(s)
+        whole, _, frac = s.lstrip("-").partition(".")
+        if len(frac) > 6 or len(whole) > 15 or "E" in s.upper():
+            continue                                        # beyond the documented caps
+        if lo is None and hi is None:
+            assert matches(rx, s.encode())                  # JSON's number syntax within the caps
+            continue
+        if s.startswith("-") and d == 0:
+            assert not matches(rx, s.encode())              # bounded numbers never write -0
+            continue
+        assert matches(rx, s.encode()) == valid(schema, d), (schema, s)
+    if lo is not None or hi is not None:
+        assert not matches(rx, b"1e1") and not matches(rx, b"0E0")     # bounded: no exponent
+
+
+@FAST
+@given(st.text(alphabet="0123456789-+.eE", max_size=10))
+def test_unbounded_number_is_json_number_syntax(s):
+    rx = compile_regex(schema_node({"type": "number"}))
+    m = re.fullmatch(r"-?(0|[1-9](\d*))(\.(\d+))?([eE][+-]?(\d+))?", s)
+    within = m is not None and len(m.group(1)) <= 15 and len(m.group(4) or "") <= 6 and len(m.group(6) or "") <= 2
+    assert matches(rx, s.encode()) == within, s
+
+
+json_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=14)
+
+
+@FAST
+@given(lo=st.integers(0, 6), span=st.integers(0, 8), s=json_text)
+def test_string_lengths_and_escapes(lo, span, s):
+    schema = {"type": "string", "minLength": lo, "maxLength": lo + span}
+    rx = compile_regex(schema_node(schema))
+    data = json_literal(s)
+    assert matches(rx, data) == valid(schema, s), (schema, s)
+    # the same string with its escapes in upper-case hex is the same value, and as legal
+    upper = re.sub(rb"\\u00([0-9a-f]{2})", lambda m: b"\\u00" + m.group(1).upper(), data)
+    assert matches(rx, upper) == valid(schema, s)
+    # what JSON forbids raw never passes: a raw control byte, a raw quote inside, a lone backslash
+    for bad in (b'"\x01"', b'"a"b"', b'"\\"', b'"\\/"', b'"\\u0041"', b'"\xed\xa0\x80"', b'"\xc0\x80"'):
+        assert not matches(rx, bad)
+
+
+@FAST
+@given(y=st.integers(0, 10000), m=st.integers(0, 13), d=st.integers(0, 32))
+def test_date_format_iff_checker(y, m, d):
+    schema = {"type": "string", "format": "date"}
+    rx = compile_regex(schema_node(schema))
+    s = "%04d-%02d-%02d" % (y, m, d)
+    assert matches(rx, json_literal(s)) == valid(schema, s), s
+
+
+@FAST
+@given(h=st.integers(0, 25), mi=st.integers(0, 61), sec=st.integers(0, 61), frac=st.text("0123456789", max_size=6),
+       off=st.one_of(st.sampled_from(["Z", "z", ""]),
+                     st.tuples(st.sampled_from("+-"), st.integers(0, 25), st.integers(0, 61))
+                     .map(lambda t: "%s%02d:%02d" % t)),
+       date=st.sampled_from(["2024-02-29", "2023-02-29", "1999-12-31", "0000-01-01"]), sep=st.sampled_from("Tt "))
+def test_time_and_date_time_iff_checker(h, mi, sec, frac, off, date, sep):
+    t = "%02d:%02d:%02d%s%s" % (h, mi, sec, "." + frac if frac else "", off)
+    for fmt, s in (("time", t), ("date-time", date + sep + t)):
+        schema = {"type": "string", "format": fmt}
+        rx = compile_regex(schema_node(schema))
+        assert matches(rx, json_literal(s)) == valid(schema, s), s
+
+
+@FAST
+@given(st.text(alphabet="0123456789abcdefABCDEFg-", min_size=36, max_size=36))
+def test_uuid_iff_checker(s):
+    schema = {"type": "string", "format": "uuid"}
+    rx = compile_regex(schema_node(schema))
+    assert matches(rx, json_literal(s)) == valid(schema, s), s
+
+
+PATTERNS = ["^[A-Z]{3}$", "^[a-z0-9_]+$", "^(\\+|-)?\\d{1,4}(\\.\\d\\d)?$", "^[^\"\\\\a]{2,5}$", "^a|b$",
+            "^(?:ab|c)*d?$", "^\\w\\s\\.[\\]x-]$", "^.{3}$", "^\\u00e9+\\x41$", "ab"]
+
+
+@functools.cache
+def pattern_regex(pattern: str) -> re.Pattern:
+    return compile_regex(schema_node({"type": "string", "pattern": pattern},
+                                     SchemaOptions(repeat_cap=8, max_string_length=8)))
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+@settings(max_examples=80, deadline=None)
+@given(s=st.text(alphabet='abcdxyzABC019_+-. \n"\\é]', max_size=9))
+def test_pattern_iff_search_within_caps(pattern, s):
+    if s.endswith("\n"):
+        return                          # Python's $ also matches before a final newline; we do not write that
+    full = re.search(pattern, s) is not None
+    assert matches(pattern_regex(pattern), json_literal(s)) == full, (pattern, s)
+
+
+@FAST
+@given(values=st.lists(st.recursive(st.none() | st.booleans() | st.integers(-99, 99) | json_text,
+                                    lambda c: st.lists(c, max_size=3) | st.dictionaries(json_text, c, max_size=3),
+                                    max_leaves=6), min_size=1, max_size=5),
+       probe=st.recursive(st.none() | st.booleans() | st.integers(-99, 99) | json_text,
+                          lambda c: st.lists(c, max_size=3), max_leaves=4))
+def test_enum_iff(values, probe):
+    schema = {"enum": values}
+    rx = compile_regex(schema_node(schema))
+    for v in values + [probe]:
+        assert matches(rx, json_literal(v)) == valid(schema, v), v
+
+
+def test_json_literal_matches_json_dumps():
+    for v in ["a\"\\\n\x00\u2028é😀", {"k": [1, 2.5, None, True]}, -0.0, 10 ** 30, 1e-7, []]:
+        assert json_literal(v) == json.dumps(v, ensure_ascii=False, separators=(",", ":")).encode()
+        assert json_literal(v, (", ", ": ")) == json.dumps(v, ensure_ascii=False, separators=(", ", ": ")).encode()
+    assert json_literal("a\x7fb") == b'"a\\u007fb"'                     # DEL escaped like every string body
+    for bad in (float("nan"), "\ud800", {1: 2}, object()):
+        with pytest.raises(ValueError):
+            json_literal(bad)

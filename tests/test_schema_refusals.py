@@ -1,0 +1,211 @@
+"""Every keyword outside the subset is refused with one error naming the tool and the JSON pointer;
+annotations are ignored; the registry reads OpenAI, MCP and Anthropic tool lists and keeps each entry."""
+import json
+import re
+
+import pytest
+
+from batchmask.registry import RegistryError, ToolRegistry
+from batchmask.schema import ANNOTATIONS, SchemaError, SchemaOptions, schema_node
+from batchmask.schema_base import SUPPORTED
+
+S = {"type": "string", "maxLength": 4}
+REFUSED = [   # (schema of the property "p", pointer under #/properties/p, what the message says)
+    ({"type": "string", "format": "email"}, "/format", "format 'email' is not supported"),
+    ({"type": "string", "pattern": "(?=a)b"}, "/pattern", "only (?:...) groups"),
+    ({"type": "string", "pattern": "(a)\\1"}, "/pattern", "escape \\1 is not supported"),
+    ({"type": "string", "pattern": "a\\bc"}, "/pattern", "escape \\b is not supported"),
+    ({"type": "string", "pattern": "\\D"}, "/pattern", "escape \\D is not supported"),
+    ({"type": "string", "pattern": "a^b"}, "/pattern", "anchor '^'"),
+    ({"type": "string", "pattern": "(?i)a"}, "/pattern", "only (?:...) groups"),
+    ({"type": "string", "pattern": "a{2"}, "/pattern", "'{' must start a quantifier"),
+    ({"type": "string", "pattern": "a**"}, "/pattern", "a quantifier cannot follow"),
+    ({"type": "string", "pattern": "^[a-z]+[0-9]+$", "maxLength": 5}, "/maxLength", "matches 2..10 characters"),
+    ({"type": "string", "format": "date", "pattern": "^2"}, "/pattern", "together with 'format'"),
+    ({"type": "string", "format": "date", "maxLength": 8}, "/maxLength", "format 'date' matches 10..10"),
+    ({"type": "string", "contentEncoding": "base64"}, "/contentEncoding", "'contentEncoding' is not supported"),
+    ({"type": "integer", "multipleOf": 5}, "/multipleOf", "'multipleOf' is not supported"),
+    ({"type": "integer", "minimum": "1"}, "/minimum", "must be a number"),
+    ({"type": "number", "maximum": True}, "/maximum", "must be a number"),
+    ({"not": {"type": "string"}}, "/not", "'not' is not supported"),
+    ({"if": S, "then": S}, "/if", "'if' is not supported"),
+    ({"type": "object", "properties": {"a": S}, "minProperties": 1}, "/minProperties", "not supported"),
+    ({"type": "object", "properties": {"a": S}, "maxProperties": 1}, "/maxProperties", "not supported"),
+    ({"type": "object", "patternProperties": {"^a": S}}, "/patternProperties", "not supported"),
+    ({"type": "object", "properties": {"a": S}, "dependentRequired": {"a": []}}, "/dependentRequired",
+     "not supported"),
+    ({"type": "object", "properties": {"a": S}, "dependentSchemas": {"a": S}}, "/dependentSchemas", "not supported"),
+    ({"type": "object", "propertyNames": S}, "/propertyNames", "not supported"),
+    ({"type": "object", "additionalProperties": S}, "/additionalProperties", "without 'properties'"),
+    ({"type": "object", "properties": {"a": S}, "unevaluatedProperties": S}, "/unevaluatedProperties",
+     "only 'unevaluatedProperties': false"),
+    ({"type": "object", "properties": {"a": S}, "required": ["b"]}, "/required/0", "'b' is not among"),
+    ({"type": "object", "properties": {"a": {}}}, "/properties/a", "admits any value"),
+    ({"type": "object", "properties": {"a": True}}, "/properties/a", "the schema true"),
+    ({"type": "array"}, "", "without 'items'"),
+    ({"type": "array", "items": S, "uniqueItems": True}, "/uniqueItems", "'uniqueItems': true"),
+    ({"type": "array", "items": S, "contains": S}, "/contains", "'contains' is not supported"),
+    ({"type": "array", "items": S, "unevaluatedItems": False}, "/unevaluatedItems", "not supported"),
+    ({"type": "array", "items": [S], "additionalItems": S}, "/additionalItems", "as a schema"),
+    ({"type": ["string", "strin"]}, "/type/1", "unknown type 'strin'"),
+    ({"type": ["string", "string"]}, "/type", "lists a type twice"),
+    ({"oneOf": [{"type": "integer"}, {"type": "number"}]}, "/oneOf/1", "branches 0 and 1 may both match"),
+    ({"oneOf": [{"enum": ["a", 1]}, {"type": "integer"}]}, "/oneOf/1", "both admit 1"),
+    ({"oneOf": [{"type": "string"}, {"maxLength": 3}]}, "/oneOf/1", "no 'type', enum or const"),
+    ({"allOf": [S, {"maxLength": 3}]}, "/allOf", "only with one branch"),
+    ({"anyOf": [S], "type": "string"}, "/type", "'type' beside 'anyOf'"),
+    ({"$ref": "#/$defs/missing"}, "/$ref", "points at nothing"),
+    ({"$ref": "other.json#/a"}, "/$ref", "only local $refs"),
+    ({"$dynamicRef": "#x"}, "/$dynamicRef", "not supported"),
+    ({"type": "string", "nullable": True}, "/nullable", "'nullable' is not supported"),
+    ({"enum": []}, "/enum", "non-empty list"),
+    ({"enum": [float("nan")]}, "/enum/0", "not a JSON number"),
+    ({"type": "string", "minLength": -1}, "/minLength", "non-negative integer"),
+]
+
+
+def tool_file(tmp_path, prop_schema, name="t"):
+    p = tmp_path / "tools.json"
+    p.write_text(json.dumps({"tools": [{"type": "function", "function": {
+        "name": name, "parameters": {"type": "object", "properties": {"p": prop_schema}, "required": ["p"]}}}]},
+        allow_nan=True))
+    return p
+
+
+@pytest.mark.parametrize("schema,pointer,says", REFUSED, ids=lambda x: json.dumps(x)[:50] if isinstance(x, dict)
+                         else None)
+def test_refused_keyword_names_tool_and_pointer(tmp_path, schema, pointer, says):
+    p = tool_file(tmp_path, schema, name="search")
+    with pytest.raises(SchemaError) as e:
+        ToolRegistry.from_json(p)
+    msg = str(e.value)
+    assert msg.startswith(f"{p}: tool 'search' parameters: #/properties/p{pointer}: "), msg
+    assert says in msg and "\n" not in msg
+    assert isinstance(e.value, RegistryError)
+
+
+def test_every_refused_keyword_is_neither_supported_nor_an_annotation():
+    # keywords of JSON Schema 2020-12 (and older drafts) that the subset refuses: each has a case above
+    refused = {"multipleOf", "not", "if", "then", "else", "minProperties", "maxProperties", "patternProperties",
+               "dependentRequired", "dependentSchemas", "propertyNames", "contains", "minContains", "maxContains",
+               "unevaluatedItems", "contentEncoding", "contentMediaType", "contentSchema", "$dynamicRef",
+               "$dynamicAnchor", "$anchor", "$vocabulary", "dependencies", "$recursiveRef"}
+    assert not refused & (SUPPORTED | ANNOTATIONS)
+    for kw in refused:
+        with pytest.raises(SchemaError, match=re.escape(f"#/{kw}: keyword {kw!r} is not supported")):
+            schema_node({"type": "string", kw: 1})
+
+
+def test_unsatisfiable_schemas_say_so():
+    for schema, pointer in [({"type": "string", "minLength": 5, "maxLength": 2}, "#/minLength"),
+                            ({"type": "integer", "minimum": 3, "exclusiveMaximum": 3}, "#"),
+                            ({"type": "array", "items": S, "minItems": 3, "maxItems": 2}, "#/minItems"),
+                            ({"type": "string", "enum": [1, 2]}, "#/enum"),
+                            ({"$defs": {"n": {"type": "object", "properties": {"c": {"$ref": "#/$defs/n"}},
+                                              "required": ["c"]}}, "$ref": "#/$defs/n"},
+                             "#/$defs/n/properties/c/$ref")]:
+        with pytest.raises(SchemaError, match=re.escape(f"<schema>: {pointer}: no value satisfies")):
+            schema_node(schema)
+
+
+def test_annotations_are_ignored():
+    bare = {"type": "object", "properties": {"a": {"type": "integer", "maximum": 3}}, "required": ["a"]}
+    noted = {k: "x" for k in ANNOTATIONS} | {"type": "object", "required": ["a"],
+                                            "properties": {"a": {"type": "integer", "maximum": 3,
+                                                                 "description": "d", "default": 1,
+                                                                 "examples": [1]}}}
+    assert schema_node(noted) == schema_node(bare)
+
+
+def test_depth_cap():
+    deep = {"type": "string"}
+    for _ in range(3):
+        deep = {"type": "array", "items": deep}
+    schema_node(deep, SchemaOptions(max_depth=3))
+    with pytest.raises(SchemaError, match="#/items/items: nesting deeper than max_depth=2"):
+        schema_node(deep, SchemaOptions(max_depth=2))
+    with pytest.raises(ValueError, match="SchemaOptions.max_items must be an integer >= 0"):
+        SchemaOptions(max_items=-1)
+
+
+# --- registries -------------------------------------------------------------------------------------
+PARAMS = {"type": "object", "properties": {"q": {"type": "string", "maxLength": 9, "description": "query"},
+                                           "n": {"type": "integer", "minimum": 1}, "f": {"type": "boolean"}},
+          "required": ["q"]}
+
+
+@pytest.mark.parametrize("entries,key", [
+    ([{"type": "function", "function": {"name": "find", "description": "Find.", "parameters": PARAMS}}], "openai"),
+    ({"tools": [{"type": "function", "function": {"name": "find", "description": "Find.", "parameters": PARAMS,
+                                                  "strict": True}}]}, "openai"),
+    ([{"type": "function", "name": "find", "description": "Find.", "parameters": PARAMS}], "flat"),
+    ({"tools": [{"name": "find", "description": "Find.", "inputSchema": PARAMS,
+                 "annotations": {"readOnlyHint": True}}]}, "mcp"),
+    ({"jsonrpc": "2.0", "id": 1, "result": {"tools": [{"name": "find", "description": "Find.",
+                                                        "inputSchema": PARAMS}]}}, "mcp-response"),
+    ([{"name": "find", "description": "Find.", "input_schema": PARAMS}], "anthropic"),
+])
+def test_registry_forms_keep_schema_and_source(tmp_path, entries, key):
+    p = tmp_path / "tools.json"
+    p.write_text(json.dumps(entries))
+    reg = ToolRegistry.from_json(p)
+    tool = reg["find"]
+    assert reg.names == ["answer", "find"] and tool.description == "Find."
+    assert tool.parameters == PARAMS and tool.typed
+    listed = entries if isinstance(entries, list) else (entries.get("tools") or entries["result"]["tools"])
+    assert tool.source == listed[0]                                  # verbatim, wrapper and all
+    assert [(a.name, a.type, a.required) for a in tool.args] == [("q", "string", True), ("n", "integer", False),
+                                                                 ("f", "boolean", False)]
+    assert reg["answer"].parameters is None                         # the native answer tool stays native
+
+
+def test_typed_tools_without_parameters_take_no_arguments():
+    reg = ToolRegistry.from_obj([{"type": "function", "function": {"name": "now"}},
+                                 {"name": "ping", "input_schema": {}}])
+    for name in ("now", "ping"):
+        assert reg[name].parameters == {"type": "object", "properties": {}}
+        assert schema_node(reg[name].parameters) == schema_node({"type": "object", "properties": {}})
+
+
+@pytest.mark.parametrize("entry,says", [
+    ({"name": "x", "parameters": {"type": "array", "items": S}}, "must describe the arguments object"),
+    ({"name": "x", "parameters": [1]}, "'parameters' must be a JSON Schema object"),
+    ({"name": "x", "args": [], "parameters": PARAMS}, "an entry has one of"),
+    ({"name": "x", "inputSchema": PARAMS, "input_schema": PARAMS}, "an entry has one of"),
+    ({"type": "web_search_20250305", "name": "web_search"}, "tool type 'web_search_20250305' is not supported"),
+    ({"type": "function", "function": {"name": 'a"b', "parameters": PARAMS}}, "holds '\"'"),
+])
+def test_bad_typed_entries(entry, says):
+    with pytest.raises(RegistryError, match=re.escape(says)):
+        ToolRegistry.from_obj({"tools": [entry]}, source="f.json")
+
+
+def test_canonical_json_and_fingerprint():
+    def reg(params, desc="Find."):
+        return ToolRegistry.from_obj([{"type": "function", "function": {"name": "find", "description": desc,
+                                                                         "parameters": params}}])
+    a = reg(PARAMS)
+    # descriptions (of the tool and inside the schema) do not change the grammar, so not the fingerprint
+    plain = json.loads(json.dumps(PARAMS))
+    del plain["properties"]["q"]["description"]
+    assert reg(plain, "Other words.").fingerprint() == a.fingerprint()
+    # anything the grammar depends on does: a cap, the property order, required
+    for changed in (dict(PARAMS, required=["q", "n"]),
+                    dict(PARAMS, properties=dict(reversed(list(PARAMS["properties"].items())))),
+                    dict(PARAMS, properties=dict(PARAMS["properties"], q={"type": "string", "maxLength": 8}))):
+        assert reg(changed).fingerprint() != a.fingerprint()
+    # canonical_json reads back as a registry with the same grammar
+    again = ToolRegistry.from_obj(json.loads(a.canonical_json()))
+    assert again.canonical_json() == a.canonical_json()
+    assert [t.parameters is None for t in again] == [True, False]
+    native = ToolRegistry.defaults()
+    assert ToolRegistry.from_obj(json.loads(native.canonical_json())).canonical_json() == native.canonical_json()
+    assert native.grammar_key()[1] == ["calc", ["expr"]]             # the seed path's key is unchanged
+
+
+def test_registry_options_apply_to_the_check():
+    deep = {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "array", "items": S}}}}
+    entry = [{"name": "x", "input_schema": deep}]
+    ToolRegistry.from_obj(entry)
+    with pytest.raises(SchemaError, match="tool 'x' parameters: #/properties/a/items: nesting deeper"):
+        ToolRegistry.from_obj(entry, options=SchemaOptions(max_depth=2))
