@@ -31,6 +31,7 @@ CASES = {
     "qwen2-bias-untied-bf16": ("qwen2", dict(), {"dtype": torch.bfloat16}),
     "mistral-head-dim": ("mistral", dict(head_dim=24, sliding_window=None), {}),
     "llama-bf16": ("llama", dict(), {"dtype": torch.bfloat16}),
+    "llama-f16-tied": ("llama", dict(tie_word_embeddings=True), {"dtype": torch.float16}),
     "llama-sharded": ("llama", dict(rope_parameters=LLAMA3), {"max_shard_size": "40KB"}),
 }
 
@@ -222,6 +223,16 @@ def test_sliding_window_shorter_than_the_context(written, tmp_path):
     edit_config(d, sliding_window=64)
     refused(d, "sliding_window", "160", "64")
     assert load_checkpoint(d, max_context=64).config.seq_len == 64  # the window covers the whole context
+
+
+def test_qwen2_sliding_window_only_counts_when_used(written, tmp_path):
+    d = copy_of(written, "qwen2-bias-tied", tmp_path)
+    edit_config(d, use_sliding_window=False, sliding_window=64)
+    assert load_checkpoint(d).config.seq_len == 160  # Qwen2 ignores the window unless use_sliding_window
+    edit_config(d, use_sliding_window=True, layer_types=["full_attention", "sliding_attention"])
+    refused(d, "sliding_window", "160", "64")
+    edit_config(d, layer_types=["full_attention", "chunked_attention"])
+    refused(d, "layer_types", "chunked_attention")
 
 
 def test_nan_weight_is_refused_naming_the_tensor(tmp_path):
