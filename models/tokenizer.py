@@ -55,6 +55,8 @@ def load_tokenizer(path, vocab_size: int | None = None, *, eos_id: int | None = 
         tok = load_tokenizer_json(path, text, path.parent, eos_id=eos_id)
     else:
         tok = _load_binary(data, name, eos_id)
+    if tok.directory is None:
+        tok.directory = path.parent  # where the chat-format helpers look for the files beside it
     if vocab_size is not None and tok.vocab_size != vocab_size:
         raise TokenizerError(f"{name}: holds {tok.vocab_size} tokens but vocab_size={vocab_size} was expected "
                              f"(checkpoint and tokenizer do not match, or the file is truncated)")
