@@ -9,7 +9,7 @@ checkpoints and Hugging Face Llama / Mistral / Qwen2 directories alike (`load_ch
 Architecture: RMSNorm -> attention with RoPE and grouped-query heads (q/k/v biases for Qwen2) -> residual ->
 RMSNorm -> SwiGLU FFN -> residual, final RMSNorm, classifier (tied to the token embedding unless the
 checkpoint has its own). The layers are in models/layers.py, RoPE (theta, linear / llama3 scaling) in
-models/rope.py, the hyperparameters in models/config.py.
+models/rope.py, the hyperparameters in models/config.py, CUDA-graph decode in models/graphs.py.
 
 Parameters (state_dict names), llama2.c names with two fusions for speed:
     tok_embeddings.weight                  [vocab_size, dim]
@@ -50,6 +50,7 @@ import torch.nn as nn
 
 from .checkpoint import read_checkpoint
 from .config import ModelConfig, weight_shapes
+from .graphs import CudaGraphDecode
 from .layers import Attention, FeedForward, RMSNorm, TransformerBlock, rms_norm  # noqa: F401 (re-exported)
 from .memory import OutOfMemoryError, available_bytes, check_fits, kv_cache_bytes  # noqa: F401
 from .rope import apply_rope, rope_multipliers  # noqa: F401 (re-exported)
@@ -66,7 +67,7 @@ class ContextOverflowError(ValueError):
         super().__init__(f"row {row}: {what} needs {length} positions but the model's context is seq_len={seq_len}")
 
 
-class Transformer(nn.Module):
+class Transformer(CudaGraphDecode, nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = config.validate()
@@ -322,45 +323,6 @@ class Transformer(nn.Module):
         self.host_pos += self.host_active
         return logits
 
-    # ------------------------------------------------------------------ CUDA graphs
-
-    @torch.no_grad()
-    def capture_decode(self, warmup: int = 2) -> None:
-        """Record one full-window decode step as a CUDA graph; `decode_graphed` replays it.
-
-        Needs CUDA and setup_cache; re-capture after setup_cache.  Warm-up steps write only at or
-        beyond each row's current position, which is not yet part of any row's context, and the
-        positions are restored afterwards.
-        """
-        self._require_cache()
-        if self.pos.device.type != "cuda":
-            raise RuntimeError("capture_decode needs the model and cache on a CUDA device")
-        self._graph_tokens = torch.zeros_like(self.pos)  # [B] static input
-        saved_pos = self.pos.clone()
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(warmup):
-                self._decode_step(self._graph_tokens, self.config.seq_len)
-        torch.cuda.current_stream().wait_stream(stream)
-        self.pos.copy_(saved_pos)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self._graph_logits = self._decode_step(self._graph_tokens, self.config.seq_len)  # [B, V] static
-        self._graph = graph
-
-    @torch.no_grad()
-    def decode_graphed(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Same as decode, by replaying the captured graph.  The returned [B, V] logits tensor is a
-        static buffer overwritten by the next call: consume or clone it first."""
-        if self._graph is None:
-            raise RuntimeError("call capture_decode() first (and again after setup_cache)")
-        self._check_room()
-        self._graph_tokens.copy_(tokens, non_blocking=True)
-        self._graph.replay()
-        self.host_pos += self.host_active
-        return self._graph_logits
-
 
 # -----------------------------------------------------------------------------
 # loading
@@ -368,9 +330,9 @@ class Transformer(nn.Module):
 
 def _empty_model(config: ModelConfig, device, dtype) -> Transformer:
     """A Transformer with uninitialised parameters on device/dtype (built on the meta device: no init cost)."""
-    check_fits(f"the weights ({sum(math.prod(s) for s in weight_shapes(config).values()):,} values in {dtype})",
-               sum(math.prod(s) for s in weight_shapes(config).values()) * torch.empty((), dtype=dtype).element_size(),
-               device, "use a smaller model or dtype")
+    n = sum(math.prod(s) for s in weight_shapes(config).values())
+    check_fits(f"the weights ({n:,} values in {dtype})", n * torch.empty((), dtype=dtype).element_size(), device,
+               "use a smaller model or dtype")
     with torch.device("meta"):
         model = Transformer(config)
     model = model.to_empty(device=device).to(dtype)
