@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 from batchmask.models import TokenizerError, load_tokenizer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_tokenizer import varied_strings
 
 tokenizers = pytest.importorskip("tokenizers")
@@ -96,6 +98,13 @@ def test_encode_equals_tokenizers(hf):
         assert tok.encode(s, bos=True) == [tok.bos_id, *want]
         if "<|" not in s:  # the tokens spell the (normalised) text, byte for byte
             assert tok.decode_bytes(want) == normalize(s).encode("utf-8"), s
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(max_size=80) | st.text(alphabet=" \t\n\r\u00a0aZ9'.日é🎉\u200d<|>", max_size=40))
+def test_encode_equals_tokenizers_on_any_text(hf, text):
+    _, tok, ref = hf
+    assert tok.encode(text) == ref.encode(text, add_special_tokens=False).ids
 
 
 @needs["gpt2"]
