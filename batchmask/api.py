@@ -42,7 +42,8 @@ def schema_grammar_key(schema, options=None) -> dict:
     if options is None:
         from .schema import SchemaOptions
         options = SchemaOptions()
-    return {"grammar": "json-schema", "schema": json.loads(json.dumps(schema)), "utf8": True,
+    from .schema import canonical_schema
+    return {"grammar": "json-schema", "schema": json.loads(json.dumps(canonical_schema(schema))), "utf8": True,
             "options": _options_key(options)}
 
 
@@ -95,3 +96,16 @@ def compile_json_schema(schema, tokenizer, *, options=None, device="cpu"):
     opts = options if options is not None else SchemaOptions()
     node = schema_node(schema, opts, separators=(",", ":"), where="<schema>")
     return compiler.compile_node(node, tokenizer, utf8=True, key=schema_grammar_key(schema, opts), device=device)
+
+
+def load_grammar(path, registry: ToolRegistry, tokenizer=None, *, format: str = "seed", max_string: int = 256,
+                 utf8: bool = True, options=None, device="cpu"):
+    """A cache file (CompiledGrammar.save) checked against what compile_grammar would build from the same
+    arguments: another registry, format, options or vocabulary is refused with GrammarCacheError."""
+    get_envelope(format)
+    from .compiler import CompiledGrammar
+    if uses_seed_path(registry, format):
+        return CompiledGrammar.load(path, device=device, registry=registry, tokenizer=tokenizer,
+                                    max_string=max_string, utf8=utf8)
+    return CompiledGrammar.load(path, device=device, tokenizer=tokenizer, utf8=utf8,
+                                key=call_grammar_key(registry, format, max_string, utf8, options))

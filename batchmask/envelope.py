@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from .grammar import Alt, Lit, Seq, Str
 from .registry import Tool, ToolRegistry
+from .schema_nodes import seq
 
 
 class CallError(ValueError):
@@ -144,7 +145,8 @@ def registry_node(registry: ToolRegistry, format: str = "seed", max_string: int 
         from .schema import SchemaOptions
         options = SchemaOptions()
     source = getattr(registry, "source", "<registry>")
-    return Alt(tuple(Seq((Lit(env.head(t.name)), args_node(t, env, max_string, options, source), Lit(env.tail())))
+    # flat Seqs of joined literals: a native tool's call is then one linear Lit/Str path, as the seed's
+    return Alt(tuple(seq(Lit(env.head(t.name)), args_node(t, env, max_string, options, source), Lit(env.tail()))
                      for t in registry))
 
 
@@ -172,11 +174,13 @@ def call_schema(registry: ToolRegistry, format: str = "seed", max_string: int = 
 
 def registry_key(registry: ToolRegistry) -> list:
     """What a call grammar depends on, canonically: per tool its name and its required args (native)
-    or its parameters schema (typed, key order kept: properties are generated in declared order)."""
+    or its parameters schema (typed, annotations dropped, key order kept: properties are generated in declared
+    order)."""
+    from .schema import canonical_schema
     out = []
     for t in registry:
         if is_typed(t):
-            out.append({"name": t.name, "parameters": json.loads(json.dumps(t.parameters))})
+            out.append({"name": t.name, "parameters": json.loads(json.dumps(canonical_schema(t.parameters)))})
         else:
             out.append({"name": t.name, "args": [a.name for a in t.required_args]})
     return out

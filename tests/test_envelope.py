@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from schema_strategies import FORMAT_SAMPLES, closed, json_values, schemas
 
 from batchmask.envelope import ENVELOPES, CallError, Envelope, call_schema, get_envelope, registry_node
-from batchmask.grammar import Alt, Lit, Seq, Str
+from batchmask.grammar import Alt, Lit, Str, tool_path
 from batchmask.prompt import parse_call, render_call
 from batchmask.registry import Tool, ToolArg, ToolRegistry
 from batchmask.validate import check, loads
@@ -101,15 +101,12 @@ def test_unknown_format_is_one_clear_error():
 def test_native_registry_node_is_the_seed_path_in_both_formats():
     reg = ToolRegistry([Tool("calc", "", (ToolArg("expr"), ToolArg("unit", required=False), ToolArg("to")))])
     node = registry_node(reg, "seed", max_string=9)
-    calc = node.options[1]          # answer is first
-    assert isinstance(node, Alt) and isinstance(calc, Seq)
-    flat = []
-    for part in calc.items:
-        flat += list(part.items) if isinstance(part, Seq) else [part]
-    assert flat == [Lit(b'{"tool":"calc","args":'), Lit(b'{"expr":"'), Str(1, 9), Lit(b'","to":"'), Str(1, 9),
-                    Lit(b'"}'), Lit(b"}")]
+    assert isinstance(node, Alt)
+    assert [opt.items for opt in node.options] == [tool_path(t.name, [a.name for a in t.required_args], 9)
+                                                   for t in reg]
     json_calc = registry_node(reg, "json", max_string=9).options[1]
-    assert json_calc.items[0] == Lit(b'{"name":"calc","arguments":')
+    assert json_calc.items == (Lit(b'{"name":"calc","arguments":{"expr":"'), Str(1, 9), Lit(b'","to":"'), Str(1, 9),
+                               Lit(b'"}}'))
 
 
 # --- parse_call ------------------------------------------------------------------------------------
