@@ -17,7 +17,9 @@ DFA states come in four kinds, numbered in this order:
     final           the call is complete.
     done            EOS was emitted (added by the compiler).
 The literal part is tiny (hundreds of states) and built by a plain Python BFS; the value
-blocks are regular, so their rows are written with array arithmetic.
+blocks are regular (values.ValueType.cells lays them out). `ByteDFA.automaton()` hands the
+result to the table builder in the common form of automaton.py; this module keeps the seed's
+own `describe` and `finish` (the lowest tool in registry order completes a call).
 """
 from __future__ import annotations
 
@@ -26,7 +28,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import utf8 as U
+from .automaton import Automaton, Block
 from .grammar import QUOTE, Lit, Segment, Str
+from .values import ValueType, value_type
 
 FINAL = ("F",)
 
@@ -59,7 +63,7 @@ class ValueBlock:
 @dataclass
 class ByteDFA:
     utf8: bool
-    num_substates: int
+    vt: ValueType
     lit_states: list = field(default_factory=list)   # list of tuples of ("L", rest, suffix)
     blocks: list = field(default_factory=list)       # list of ValueBlock
     lit_edges: dict = field(default_factory=dict)    # (lit state id, byte) -> next state id
@@ -69,6 +73,22 @@ class ByteDFA:
     @property
     def num_lit(self) -> int:
         return len(self.lit_states)
+
+    @property
+    def num_substates(self) -> int:
+        return self.vt.num_substates
+
+    def automaton(self) -> Automaton:
+        """The common form (automaton.py): literal states and `final` explicit, value blocks as blocks."""
+        edges = np.array([(s, b, t) for (s, b), t in self.lit_edges.items()], dtype=np.int64).reshape(-1, 3)
+        blocks = []
+        for blk in self.blocks:
+            exits = np.full(256, -1, dtype=np.int64)
+            exits[QUOTE] = blk.after_quote
+            blocks.append(Block(self.vt, blk.min, blk.max, blk.base, blk.grid, blk.ns, blk.us, exits,
+                                label=_suffix_key(blk.suffix)))
+        return Automaton(num_states=self.num_states, start=0, edges=edges, blocks=blocks,
+                         accepting=np.array([self.final], dtype=np.int64), source=self, utf8=self.utf8)
 
     def state_kind(self, s: int):
         """('L', i) / ('S', block, n, u) / ('F',) for a state id."""
@@ -89,7 +109,7 @@ class ByteDFA:
             return [("L", r[1], _suffix_key(r[2])) for r in self.lit_states[kind[1]]]
         if kind[0] == "S":
             blk = self.blocks[kind[1]]
-            return [("S", kind[2], U.NAMES[kind[3]], _suffix_key(blk.suffix))]
+            return [("S", kind[2], self.vt.names[kind[3]], _suffix_key(blk.suffix))]
         return ["final"]
 
     def finish_bytes(self, s: int) -> bytes:
@@ -101,12 +121,7 @@ class ByteDFA:
             _, rest, suffix = self.lit_states[kind[1]][0]     # lowest tool in registry order
             return rest + _owed(suffix)
         blk = self.blocks[kind[1]]
-        n, u = kind[2], kind[3]
-        out = U.COMPLETION[u]
-        n += len(out)
-        if n < blk.min:
-            out += b"?" * (blk.min - n)
-        return out + _owed(blk.suffix)
+        return self.vt.finish(kind[2], kind[3], blk.min) + _owed(blk.suffix)
 
 
 def _owed(suffix) -> bytes:
@@ -119,7 +134,7 @@ def _suffix_key(suffix) -> tuple:
 
 def build_byte_dfa(paths: list[tuple[Segment, ...]], utf8: bool = True) -> ByteDFA:
     """Subset construction: the literal states by BFS, the value blocks laid out as grids."""
-    dfa = ByteDFA(utf8=utf8, num_substates=U.NUM_SUBSTATES if utf8 else 1)
+    dfa = ByteDFA(utf8=utf8, vt=value_type("seed", utf8))
     lit_index: dict[tuple, int] = {}
     block_index: dict[tuple, int] = {}
     pending_edges: list[tuple[int, int, object]] = []   # (lit id, byte, target residual or lit tuple)
@@ -173,14 +188,8 @@ def build_byte_dfa(paths: list[tuple[Segment, ...]], utf8: bool = True) -> ByteD
     next_id = len(dfa.lit_states)
     for blk in dfa.blocks:
         blk.base = next_id
-        n = np.arange(blk.max + 1)[:, None]                                   # [max+1, 1]
-        u = np.arange(dfa.num_substates)[None, :]                              # [1, U]
-        ok = np.where(u == U.BOUNDARY, True, (n >= 1) & (n + U.PENDING[u] <= blk.max))  # [max+1, U]
-        grid = np.full(ok.shape, -1, dtype=np.int64)
-        grid[ok] = next_id + np.arange(int(ok.sum()))                          # row-major: (n, u) order
-        blk.grid = grid
-        blk.ns, blk.us = np.nonzero(ok)
-        next_id += int(ok.sum())
+        blk.grid, blk.ns, blk.us = dfa.vt.cells(blk.max, next_id)            # row-major: (n, u) order
+        next_id += len(blk.ns)
     dfa.final = next_id
     dfa.num_states = next_id + 1
 
@@ -205,32 +214,3 @@ def _value_segment(paths, suffix) -> Str:
             if isinstance(seg, Str) and p[i + 1:] == suffix:
                 return seg
     raise AssertionError("value block without a value segment")
-
-
-def byte_table(dfa: ByteDFA, value_depth: int | None = None) -> np.ndarray:
-    """int64 [S, 256]: the state after one byte, -1 where the byte is illegal.
-
-    With `value_depth`, value-state rows are filled only for byte counts below it and left
-    dead beyond: the compiler walks tokens byte by byte only from literal states, and a token
-    of at most L bytes that enters a value (at count 0) never gets past count L - 1; deeper
-    value states are handled by the compiler's per-token arithmetic instead.
-    """
-    S = dfa.num_states
-    delta = np.full((S, 256), -1, dtype=np.int64)
-    for (sid, b), t in dfa.lit_edges.items():
-        delta[sid, b] = t
-    body = U.body_table(dfa.utf8)                      # [U, 256]
-    for blk in dfa.blocks:
-        keep = blk.ns < (value_depth if value_depth is not None else blk.max + 1)
-        rows = blk.base + np.flatnonzero(keep)         # [Nb]
-        ns, us = blk.ns[keep], blk.us[keep]
-        nxt_u = body[us]                               # [Nb, 256] sub-state after each byte
-        n1 = ns[:, None] + 1                           # [Nb, 1]
-        fits = (nxt_u >= 0) & (n1 + U.PENDING[np.maximum(nxt_u, 0)] <= blk.max)
-        grid_pad = np.vstack([blk.grid, np.full((1, blk.grid.shape[1]), -1)])  # row max+1 = overflow
-        target = grid_pad[np.minimum(n1, blk.max + 1), np.maximum(nxt_u, 0)]
-        delta[rows] = np.where(fits, target, -1)
-        # The quote ends the value: only between characters and once the minimum is met.
-        closes = (us == U.BOUNDARY) & (ns >= blk.min)
-        delta[rows[closes], QUOTE] = blk.after_quote
-    return delta

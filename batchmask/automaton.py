@@ -1,0 +1,111 @@
+"""The automaton form the table builder consumes, and its byte transition table.
+
+Two producers build it: dfa.py (the seed's linear literal/value paths) and node_automaton.py
+(any tree of grammar.py's nodes). Either way a grammar is
+
+    explicit states   ordinary DFA states with byte transitions, listed as `edges` (src, byte, dst);
+                      `accepting` ones are where the value is complete (the stop tokens are legal)
+    blocks            one per value body (a seed `Str` or a `JsonStr` with its continuation): the
+                      cells (n, q) of values.ValueType.cells, numbered from `base`, read by the value
+                      type's loop automaton, left by an ending byte (the closing quote) into
+                      `exits[byte]`, an explicit state
+
+so that every state id is either explicit or a block cell. `start` is where a call begins; the
+table builder adds the `done` state (after a stop token) as id `num_states`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .values import ValueType, close_ok, stays_ok
+
+
+@dataclass
+class Block:
+    """A value body: cells (n, q) for n units so far and sub-state q, then `exits`."""
+    vt: ValueType
+    min: int
+    max: int
+    base: int                       # id of the first cell
+    grid: np.ndarray                # int64 [max+1, Q]: state id of cell (n, q), -1 where there is none
+    ns: np.ndarray                  # int64 [Nb]: count of each cell, in id order
+    qs: np.ndarray                  # int64 [Nb]: sub-state of each cell
+    exits: np.ndarray               # int64 [256]: the state after each ending byte, -1 for the others
+    label: object = None            # what the block stands for (describe)
+    entry_depth: int = 0            # the deepest count an explicit state's byte leads into
+
+    @property
+    def us(self) -> np.ndarray:     # the seed's name for the sub-states
+        return self.qs
+
+    @property
+    def size(self) -> int:
+        return len(self.ns)
+
+    def check(self, where: str = "") -> None:
+        """The ending bytes must not be bytes the value could also take where it may end."""
+        clash = np.flatnonzero((self.exits >= 0) & self.vt.body_bytes_at_accept())
+        if len(clash):
+            raise ValueError(f"{where or 'a value'}: the byte {bytes([int(clash[0])])!r} may both continue and end "
+                             f"a {self.vt.name} value (a string body must be followed by its closing quote)")
+
+
+@dataclass
+class Automaton:
+    num_states: int                 # explicit states and block cells (the table builder adds `done`)
+    start: int
+    edges: np.ndarray               # int64 [E, 3]: (src, byte, dst) for explicit states
+    blocks: list = field(default_factory=list)
+    accepting: np.ndarray = None    # int64 [A]: states where the value is complete
+    source: object = None           # has describe(state) -> list and finish_bytes(state) -> bytes
+    utf8: bool = True
+
+    def describe(self, state: int) -> list:
+        return self.source.describe(state)
+
+    def finish_bytes(self, state: int) -> bytes:
+        return self.source.finish_bytes(state)
+
+    def value_types(self) -> list:
+        """The distinct value types of the blocks, in first-use order."""
+        return list({b.vt.name: b.vt for b in self.blocks}.values())
+
+
+def byte_table(aut: Automaton, token_len: int):
+    """The byte transitions of the states a token's bytes can reach from an explicit state.
+
+    Returns (delta int64 [Sc, 256] in compact ids, -1 illegal; to_compact int64 [S], -1 for states
+    left out; from_compact int64 [Sc]). A token of at most `token_len` bytes that enters a block at
+    count n never gets past count n + token_len - 1, so each block needs rows only that deep; the
+    deeper cells are handled by the table builder's per-token arithmetic instead. The table thus
+    stays small whatever a value's cap is.
+    """
+    S = aut.num_states
+    keep = np.ones(S, dtype=bool)
+    for blk in aut.blocks:
+        keep[blk.base:blk.base + blk.size] = blk.ns < min(blk.max + 1, blk.entry_depth + max(token_len, 1))
+    from_compact = np.flatnonzero(keep)
+    to_compact = np.full(S + 1, -1, dtype=np.int64)          # index S (= -1 wrapped) stays -1
+    to_compact[from_compact] = np.arange(len(from_compact))
+    delta = np.full((len(from_compact), 256), -1, dtype=np.int64)
+    e = aut.edges
+    if len(e):
+        delta[to_compact[e[:, 0]], e[:, 1]] = to_compact[e[:, 2]]
+    for blk in aut.blocks:
+        vt = blk.vt
+        sel = np.flatnonzero(keep[blk.base:blk.base + blk.size])
+        rows = to_compact[blk.base + sel]                      # [Nb]
+        ns, qs = blk.ns[sel][:, None], blk.qs[sel]
+        q2 = vt.table[qs]                                      # [Nb, 256] sub-state after each byte
+        n2 = ns + vt.inc[qs]                                   # [Nb, 256] count after it
+        ok = stays_ok(vt, n2, q2, blk.max)
+        grid_pad = np.vstack([blk.grid, np.full((1, blk.grid.shape[1]), -1)])       # row max+1: past the cap
+        target = grid_pad[np.minimum(n2, blk.max + 1), np.maximum(q2, 0)]
+        delta[rows] = np.where(ok & (target >= 0), to_compact[target], -1)
+        ends = close_ok(vt, blk.ns[sel], qs, blk.min, blk.max)
+        exit_bytes = np.flatnonzero(blk.exits >= 0)
+        if len(exit_bytes) and ends.any():
+            delta[np.ix_(rows[ends], exit_bytes)] = to_compact[blk.exits[exit_bytes]][None, :]
+    return delta, to_compact[:S], from_compact

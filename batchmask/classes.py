@@ -1,0 +1,99 @@
+"""Grouping equal rows fast: token classes, shared table rows and equal columns all come from here."""
+from __future__ import annotations
+
+import torch
+
+
+def classes_of(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Group equal rows of int64 [V, K]: (class id per row [V], first row of each class [C]).
+
+    `torch.unique(dim=0)` sorts rows lexicographically and is slow (~0.1 s for 32000 rows
+    here), so each row is first folded into two exact integer dot products with random
+    weights (no overflow: the bound is checked) and grouped by a 1-D unique; then every row
+    is compared with its class's first row, and only if a collision shows up do we pay for
+    the exact row sort.
+    """
+    dev = keys.device
+    V, K = keys.shape
+    if V == 0:
+        return torch.zeros(0, dtype=torch.int64, device=dev), torch.zeros(0, dtype=torch.int64, device=dev)
+    if K == 0:
+        return torch.zeros(V, dtype=torch.int64, device=dev), torch.zeros(1, dtype=torch.int64, device=dev)
+    shifted = keys - keys.min()                                   # [V, K] >= 0
+    top = int(shifted.max()) + 1
+    gen = torch.Generator().manual_seed(K)
+    weights = torch.randint(1, 1 << 20, (K, 2), generator=gen).to(dev)
+    if top * (1 << 20) * K < (1 << 62) and K > 1:
+        # exact int64 dot products (CPU int64 matmul has no fast path: multiply and sum instead)
+        h = torch.stack([(shifted * weights[:, j]).sum(1) for j in range(2)], 1)        # [V, 2]
+        key1d = h[:, 0] * (1 << 21) + torch.remainder(h[:, 1], 1 << 21) if int(h.max()) < (1 << 41) \
+            else h[:, 0] ^ (h[:, 1] << 17)
+        _, inverse = torch.unique(key1d, return_inverse=True)
+    else:
+        _, inverse = torch.unique(keys[:, 0] if K == 1 else keys, dim=None if K == 1 else 0, return_inverse=True)
+    rep = first_of_each(inverse)
+    if not torch.equal(keys, keys[rep[inverse]]):                # a hash collision: do it exactly
+        _, inverse = torch.unique(keys, dim=0, return_inverse=True)
+        rep = first_of_each(inverse)
+    return inverse, rep
+
+
+def first_of_each(inverse: torch.Tensor) -> torch.Tensor:
+    """int64 [C]: the first index of each class id in `inverse` [V]."""
+    C = int(inverse.max()) + 1
+    rep = torch.full((C,), len(inverse), dtype=torch.int64, device=inverse.device)
+    return rep.scatter_reduce_(0, inverse, torch.arange(len(inverse), device=inverse.device), reduce="amin")
+
+
+def in_first_use_order(inverse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Renumber class ids by first use: (new id per item [V], old id of each new class [C])."""
+    order = torch.argsort(first_of_each(inverse))                # old ids sorted by first use
+    new_of_old = torch.empty_like(order)
+    new_of_old[order] = torch.arange(len(order), device=order.device)
+    return new_of_old[inverse], order
+
+
+_M1, _M2 = 0x3C6EF372FE94F82B, 0x1F83D9ABFB41BD6B      # odd 63-bit multipliers (products wrap in int64)
+
+
+def _mix(x: torch.Tensor, m: int) -> torch.Tensor:
+    x = x * m
+    x = x ^ (x >> 29)
+    x = x * 0x5851F42D4C957F2D
+    return x ^ (x >> 32)
+
+
+def sparse_classes(item: torch.Tensor, col: torch.Tensor, val: torch.Tensor, n_items: int) -> torch.Tensor:
+    """Class ids [n_items] grouping items with equal sparse rows {col: val} (no entries: class 0).
+
+    item/col/val int64 [P], each (item, col) at most once. Rows are hashed (two 30-bit sums of
+    mixed entries, and the entry count), then every entry is checked against its class's first
+    item, so the grouping is exact; only after a hash collision is it redone densely.
+    """
+    dev = item.device
+    if len(item) == 0:
+        return torch.zeros(n_items, dtype=torch.int64, device=dev)
+    e = col * 0x9E3779B1 + val
+    h = torch.zeros((n_items, 3), dtype=torch.int64, device=dev)
+    mask = (1 << 30) - 1
+    h[:, 0].index_add_(0, item, _mix(e, _M1) & mask)
+    h[:, 1].index_add_(0, item, _mix(e, _M2) & mask)
+    h[:, 2].index_add_(0, item, torch.ones_like(item))
+    h[:, :2] &= mask
+    ids, rep = classes_of(h)
+    # exact check: each entry equals the entry of its class's first item in the same column
+    ncol = int(col.max()) + 1
+    key = item * ncol + col
+    order = torch.argsort(key)
+    skey, sval = key[order], val[order]
+    want = rep[ids[item]] * ncol + col
+    at = torch.searchsorted(skey, want).clamp(max=len(skey) - 1)
+    if not (bool((skey[at] == want).all()) and torch.equal(sval[at], val)):
+        dense = torch.full((n_items, ncol), -(1 << 40), dtype=torch.int64, device=dev)
+        dense[item, col] = val
+        ids = torch.unique(dense, dim=0, return_inverse=True)[1]
+    none = h[:, 2] == 0
+    if bool(none.any()):          # make "no entries" class 0 and shift the others
+        ids = ids + 1
+        ids[none] = 0
+    return ids

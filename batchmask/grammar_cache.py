@@ -1,0 +1,162 @@
+"""The compiled-grammar cache file, and the JSON form of a grammar tree it stores.
+
+A cache file (torch.save of plain tensors, strings and numbers: it loads with weights_only) holds
+the tables, the vocabulary's bytes and stop ids, and `meta`: the format, the caller's `key` (what
+the grammar was built from, e.g. the registry and max_string), utf8, the vocabulary hash and the
+grammar tree as JSON. Loading checks the file against what the caller expects (field by field,
+one line naming the field that differs) and rebuilds the automaton (describe/finish) from the tree,
+so a file works on its own.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from .grammar import Alt, ByteSet, JsonStr, Lit, Repeat, Seq, Str
+from .tokensim import hash_vocab
+
+CACHE_FORMAT = "batchmask-grammar/3"
+TABLES = ("token_class", "state_row", "row_next", "legal_count", "final")
+
+
+class GrammarCacheError(ValueError):
+    """A compiled-grammar cache file is corrupt or was built for something else."""
+
+
+# --- grammar trees as JSON ---------------------------------------------------------------------------
+def node_to_json(node):
+    """A JSON-able form of a grammar tree (bytes as latin-1 text: one code point per byte)."""
+    if isinstance(node, Lit):
+        return {"lit": bytes(node.text).decode("latin-1")}
+    if isinstance(node, Seq):
+        return {"seq": [node_to_json(x) for x in node.items]}
+    if isinstance(node, Alt):
+        return {"alt": [node_to_json(x) for x in node.options]}
+    if isinstance(node, ByteSet):
+        return {"byteset": bytes(node.mask).hex()}
+    if isinstance(node, Repeat):
+        return {"repeat": node_to_json(node.item), "min": node.min, "max": node.max}
+    if isinstance(node, Str):
+        return {"str": [node.min, node.max]}
+    if isinstance(node, JsonStr):
+        return {"jsonstr": [node.min, node.max]}
+    raise TypeError(f"not a grammar node: {type(node).__name__}")
+
+
+def node_from_json(obj):
+    kind = next(iter(obj)) if isinstance(obj, dict) and obj else None
+    if kind == "lit":
+        return Lit(obj["lit"].encode("latin-1"))
+    if kind == "seq":
+        return Seq(tuple(node_from_json(x) for x in obj["seq"]))
+    if kind == "alt":
+        return Alt(tuple(node_from_json(x) for x in obj["alt"]))
+    if kind == "byteset":
+        return ByteSet(bytes.fromhex(obj["byteset"]))
+    if kind == "repeat":
+        return Repeat(node_from_json(obj["repeat"]), int(obj["min"]), int(obj["max"]))
+    if kind == "str":
+        return Str(int(obj["str"][0]), int(obj["str"][1]))
+    if kind == "jsonstr":
+        return JsonStr(int(obj["jsonstr"][0]), int(obj["jsonstr"][1]))
+    raise ValueError(f"not a grammar node in JSON form: {str(obj)[:60]}")
+
+
+def plain(x):
+    """x as JSON would give it back (tuples become lists), for comparing keys."""
+    return json.loads(json.dumps(x))
+
+
+# --- save / load ----------------------------------------------------------------------------------------
+def save_grammar(g, path) -> None:
+    meta = dict(g.meta, bytes_hash=hash_vocab(g.token_bytes, g.eos_id, g.stop_ids))
+    payload = {"meta": meta, "start": g.start, "eos_id": g.eos_id, "done_state": g.done_state,
+               "stop_ids": list(g.stop_ids)}
+    payload.update({k: getattr(g, k).cpu() for k in TABLES})
+    # the vocabulary's bytes too (as tensors: the file loads with weights_only), so that a cache file
+    # is usable on its own; with a tokenizer given, load checks it against the recorded hash instead
+    lengths = np.fromiter((len(b) for b in g.token_bytes), dtype=np.int64, count=len(g.token_bytes))
+    payload["token_lengths"] = torch.from_numpy(lengths)
+    payload["token_data"] = torch.frombuffer(bytearray(b"".join(g.token_bytes) or b"\0"), dtype=torch.uint8)
+    torch.save(payload, Path(path))
+
+
+def read_payload(path) -> dict:
+    path = Path(path)
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise GrammarCacheError(f"{path}: grammar cache not found") from None
+    except Exception as e:  # torch raises many kinds on a corrupt zip/pickle
+        raise GrammarCacheError(f"{path}: not a readable grammar cache ({type(e).__name__}: {e})") from None
+    if not isinstance(payload, dict) or not isinstance(payload.get("meta"), dict) \
+            or payload["meta"].get("format") != CACHE_FORMAT:
+        raise GrammarCacheError(f"{path}: not a batchmask grammar cache (expected format {CACHE_FORMAT!r})")
+    return payload
+
+
+def check_meta(path, meta: dict, expect: dict) -> None:
+    """Refuse a file whose key, options or vocabulary differ from `expect` (one line naming the field)."""
+    want_key, got_key = plain(expect["key"]), plain(meta.get("key"))
+    if not isinstance(got_key, dict):
+        raise GrammarCacheError(f"{path}: corrupt grammar cache (no key)")
+    for f in sorted(set(want_key) | set(got_key)):
+        if got_key.get(f) != want_key.get(f):
+            raise GrammarCacheError(f"{path}: built for another {f}: file has {_short(got_key.get(f))}, "
+                                    f"expected {_short(want_key.get(f))}")
+    for f in ("utf8", "vocab_hash", "vocab_size", "stop_ids"):
+        got, want = plain(meta.get(f)), plain(expect[f])
+        if got != want:
+            if f == "vocab_hash":
+                got, want = str(got)[:12] + "...", str(want)[:12] + "..."
+            raise GrammarCacheError(f"{path}: built for another {f}: file has {got!r}, expected {want!r}")
+
+
+def _short(x) -> str:
+    r = repr(x)
+    return r if len(r) <= 80 else r[:77] + "..."
+
+
+def check_tables(path, payload: dict, vocab_size: int) -> dict:
+    try:
+        t = {k: payload[k] for k in TABLES}
+        S, (R, C) = t["state_row"].shape[0], t["row_next"].shape
+        ok = (t["token_class"].shape == (vocab_size,) and t["legal_count"].shape == (S,)
+              and t["final"].shape == (S,) and 0 <= int(t["token_class"].min()) and int(t["token_class"].max()) < C
+              and 0 <= int(t["state_row"].min()) and int(t["state_row"].max()) < R
+              and int(t["row_next"].max()) < S)
+    except (KeyError, AttributeError, ValueError, RuntimeError, TypeError):
+        ok = False
+    if not ok:
+        raise GrammarCacheError(f"{path}: corrupt grammar cache (tables missing or of inconsistent shapes)")
+    return t
+
+
+def stored_vocab(payload: dict, meta: dict, path):
+    """The vocabulary saved in a cache file, checked against the hash recorded beside it."""
+    try:
+        lengths = payload["token_lengths"].numpy()
+        data = payload["token_data"].numpy().tobytes()
+        ends = np.cumsum(lengths)
+        starts = ends - lengths
+        token_bytes = [data[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
+        stop_ids = tuple(int(s) for s in payload["stop_ids"])
+        eos_id = int(payload["eos_id"])
+    except (KeyError, AttributeError, ValueError, TypeError):
+        raise GrammarCacheError(f"{path}: corrupt grammar cache (no readable vocabulary)") from None
+    vocab = SimpleNamespace(token_bytes=token_bytes, eos_id=eos_id, stop_ids=stop_ids)
+    if hash_vocab(token_bytes, eos_id, stop_ids) != meta.get("bytes_hash"):
+        raise GrammarCacheError(f"{path}: corrupt grammar cache (its vocabulary does not match its hash)")
+    vocab.vocab_hash = lambda: meta.get("vocab_hash")     # the tokenizer's own hash, recorded at compile time
+    return vocab
+
+
+def stored_node(path, meta: dict):
+    try:
+        return node_from_json(json.loads(meta["node"]))
+    except (KeyError, ValueError, TypeError, AttributeError, IndexError):
+        raise GrammarCacheError(f"{path}: corrupt grammar cache (no readable grammar tree)") from None

@@ -1,0 +1,380 @@
+"""Any tree of grammar.py's nodes -> the automaton of automaton.py (NFA, then subset construction).
+
+The NFA is built right to left and hash-consed: a state is (kind, what it reads, where it goes),
+and equal states are one state. Equal suffixes of a grammar (every tool's closing `"}}`, say)
+are therefore the same NFA states, and two equal value bodies with equal continuations are the
+same block. Kinds:
+
+    BYTE   one byte from a set, then `next`        (Lit bytes, ByteSet)
+    ALT    any of several states (no byte)          (Alt, optional repeats)
+    BLOCK  a value body of a value type, `next` after its closing byte   (Str, JsonStr)
+    END    the value is complete
+
+Every edge goes from a later-built state to an earlier one (ids decrease along a path), so the
+shortest completion of every state is one pass in id order.
+
+Subset construction runs over *elements*: an NFA state waiting for a byte, END, or a position
+(j, n, q) inside block j. A subset that is exactly one block position is that block's cell (n, q):
+the BFS stops there, and the block (laid out by values.ValueType.cells) carries on by arithmetic
+in the table builder. Any other subset is an explicit state, also while a value runs beside
+something else (an enum beside a free string); two values in parallel are explicit for as long
+as they last, up to `MAX_EXPLICIT` states. Bytes are handled in classes (bytes no NFA state and
+no value type tells apart), so a digit set costs a few steps, not 256.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from .automaton import Automaton, Block
+from .grammar import Alt, ByteSet, JsonStr, Lit, Repeat, Seq, Str
+from .values import close_ok, stays_ok, value_type
+
+BYTE, ALT, BLOCK, END = range(4)
+MAX_EXPLICIT = 200_000
+
+
+class GrammarBuildError(ValueError):
+    """A grammar tree the automaton builder cannot take (malformed, or too large)."""
+
+
+class _NFA:
+    def __init__(self, utf8: bool):
+        self.utf8 = utf8
+        self.kind: list[int] = []
+        self.arg: list = []          # BYTE: mask id; ALT: tuple of states; BLOCK: (value type, min, max)
+        self.next: list[int] = []
+        self._index: dict = {}
+        self.masks: list[bytes] = []
+        self._mask_id: dict[bytes, int] = {}
+        self.end = self._add(END, None, -1)
+
+    def _add(self, kind, arg, nxt) -> int:
+        key = (kind, arg, nxt)
+        i = self._index.get(key)
+        if i is None:
+            i = self._index[key] = len(self.kind)
+            self.kind.append(kind)
+            self.arg.append(arg)
+            self.next.append(nxt)
+        return i
+
+    def _mask(self, mask: bytes) -> int:
+        i = self._mask_id.get(mask)
+        if i is None:
+            i = self._mask_id[mask] = len(self.masks)
+            self.masks.append(mask)
+        return i
+
+    def build(self, node, k: int, where: str) -> int:
+        """The state that reads `node` and then goes on to state `k`."""
+        if isinstance(node, Lit):
+            if not isinstance(node.text, (bytes, bytearray)):
+                raise GrammarBuildError(f"{where}: Lit.text must be bytes, got {type(node.text).__name__}")
+            for b in reversed(bytes(node.text)):
+                m = bytearray(256)
+                m[b] = 1
+                k = self._add(BYTE, self._mask(bytes(m)), k)
+            return k
+        if isinstance(node, Seq):
+            for i in range(len(node.items) - 1, -1, -1):
+                k = self.build(node.items[i], k, f"{where}.items[{i}]")
+            return k
+        if isinstance(node, Alt):
+            if not node.options:
+                raise GrammarBuildError(f"{where}: Alt has no options")
+            opts = tuple(dict.fromkeys(self.build(o, k, f"{where}.options[{i}]") for i, o in enumerate(node.options)))
+            return opts[0] if len(opts) == 1 else self._add(ALT, opts, -1)
+        if isinstance(node, ByteSet):
+            mask = bytes(node.mask)
+            if len(mask) != 256 or any(v > 1 for v in mask):
+                raise GrammarBuildError(f"{where}: ByteSet.mask must be 256 bytes of 0/1, got {len(mask)} bytes")
+            return self._add(BYTE, self._mask(mask), k)
+        if isinstance(node, Repeat):
+            _check_bounds(node, where)
+            opt = k
+            for _ in range(node.max - node.min):          # up to max - min more, each optional
+                opt = self._alt(self.build(node.item, opt, f"{where}.item"), k)
+            for _ in range(node.min):
+                opt = self.build(node.item, opt, f"{where}.item")
+            return opt
+        if isinstance(node, (Str, JsonStr)):
+            _check_bounds(node, where)
+            if self.end in self.closure(k):
+                raise GrammarBuildError(f"{where}: a string body must be followed by its closing quote, "
+                                        "not by the end of the grammar")
+            vt = value_type("seed" if isinstance(node, Str) else "json", self.utf8)
+            return self._add(BLOCK, (vt.name, node.min, node.max), k)
+        raise GrammarBuildError(f"{where}: not a grammar node: {type(node).__name__} "
+                                "(expected Lit, Seq, Alt, ByteSet, Repeat, Str or JsonStr)")
+
+    def _alt(self, a: int, b: int) -> int:
+        return a if a == b else self._add(ALT, (a, b), -1)
+
+    def closure(self, i: int, memo: dict | None = None) -> tuple:
+        """The elements state i stands for, in priority order (first Alt option first)."""
+        memo = self._closure if memo is None else memo
+        got = memo.get(i)
+        if got is not None:
+            return got
+        kind = self.kind[i]
+        if kind == ALT:
+            out = tuple(dict.fromkeys(e for o in self.arg[i] for e in self.closure(o, memo)))
+        elif kind == BLOCK:
+            out = ((i, 0, 0),)
+        else:
+            out = (i,)
+        memo[i] = out
+        return out
+
+    _closure: dict
+
+
+def _check_bounds(node, where):
+    if not (isinstance(node.min, int) and isinstance(node.max, int) and 0 <= node.min <= node.max):
+        raise GrammarBuildError(f"{where}: {type(node).__name__} bounds must be integers 0 <= min <= max, "
+                                f"got min={node.min!r}, max={node.max!r}")
+
+
+def build_node_automaton(node, utf8: bool = True) -> Automaton:
+    nfa = _NFA(utf8)
+    nfa._closure = {}
+    start_state = nfa.build(node, nfa.end, "grammar")
+    return _Subsets(nfa, start_state).run()
+
+
+class _Subsets:
+    """Subset construction over byte classes (see the module docstring)."""
+
+    def __init__(self, nfa: _NFA, start: int):
+        self.nfa = nfa
+        self.start = start
+        self.vts = {}
+        for i, k in enumerate(nfa.kind):
+            if k == BLOCK:
+                name = nfa.arg[i][0]
+                self.vts[name] = value_type(name.split("-")[0], nfa.utf8)
+        # Byte classes: bytes equal in every mask and in every value type's columns.
+        cols = [np.frombuffer(b"".join(nfa.masks), dtype=np.uint8).reshape(-1, 256).astype(np.int64)]
+        for vt in self.vts.values():
+            cols += [vt.table, vt.inc]
+        sig = np.concatenate(cols).T                                     # [256, K]
+        _, self.byte_class = np.unique(sig, axis=0, return_inverse=True)
+        self.byte_class = self.byte_class.reshape(-1)
+        self.num_classes = int(self.byte_class.max()) + 1
+        self.rep = np.array([np.flatnonzero(self.byte_class == c)[0] for c in range(self.num_classes)])  # smallest
+        mask_arr = cols[0]
+        self.mask_classes = [tuple(np.unique(self.byte_class[np.flatnonzero(m)]).tolist()) for m in mask_arr]
+        self._trans: dict = {}
+        self._exit_moves: dict = {}
+
+    def elem_moves(self, e) -> list:
+        """[(class, elements after it)] for one element."""
+        got = self._trans.get(e)
+        if got is not None:
+            return got
+        nfa = self.nfa
+        out = []
+        if isinstance(e, tuple):
+            j, n, q = e
+            vname, lo, hi = nfa.arg[j]
+            vt = self.vts[vname]
+            exit_moves = {}
+            if close_ok(vt, n, q, lo, hi):
+                if j not in self._exit_moves:
+                    self._exit_moves[j] = dict(self.set_moves(nfa.closure(nfa.next[j])))
+                exit_moves = self._exit_moves[j]
+            for c in range(self.num_classes):
+                b = self.rep[c]
+                q2 = int(vt.table[q, b])
+                n2 = n + int(vt.inc[q, b])
+                tgt = ((j, n2, q2),) if stays_ok(vt, n2, q2, hi) else ()
+                if c in exit_moves:
+                    tgt = tgt + exit_moves[c]
+                if tgt:
+                    out.append((c, tgt))
+        elif nfa.kind[e] == BYTE:
+            tgt = nfa.closure(nfa.next[e])
+            out = [(c, tgt) for c in self.mask_classes[nfa.arg[e]]]
+        self._trans[e] = out
+        return out
+
+    def set_moves(self, elems) -> list:
+        buckets: dict = {}
+        for e in elems:
+            for c, tgt in self.elem_moves(e):
+                buckets.setdefault(c, []).extend(tgt)
+        return [(c, tuple(dict.fromkeys(t))) for c, t in sorted(buckets.items())]
+
+    def run(self) -> Automaton:
+        nfa = self.nfa
+        states: list[tuple] = []              # explicit subsets, in priority order
+        index: dict = {}
+        queue: deque = deque()
+        cls_edges: list = []                  # (src explicit id, class, target)
+        blocks_seen: dict[int, int] = {}      # NFA block state -> entry depth
+
+        def target(elems: tuple):
+            if len(elems) == 1 and isinstance(elems[0], tuple):
+                j, n, _ = elems[0]
+                if j not in blocks_seen:
+                    blocks_seen[j] = 0
+                    queue.append(("exits", j))
+                blocks_seen[j] = max(blocks_seen[j], n)
+                return ("B",) + elems[0]
+            key = frozenset(elems)
+            i = index.get(key)
+            if i is None:
+                i = index[key] = len(states)
+                states.append(elems)
+                queue.append(("state", i))
+                if len(states) > MAX_EXPLICIT:
+                    raise GrammarBuildError(
+                        f"grammar: more than {MAX_EXPLICIT} explicit states (two open strings in parallel, "
+                        "or repeats that multiply); simplify the schema (e.g. merge anyOf branches of strings)")
+            return i
+
+        start = target(nfa.closure(self.start))
+        exit_edges: dict[int, list] = {}
+        while queue:
+            what, i = queue.popleft()
+            if what == "state":
+                for c, tgt in self.set_moves(states[i]):
+                    cls_edges.append((i, c, target(tgt)))
+            else:
+                moves = self.set_moves(nfa.closure(nfa.next[i]))
+                exit_edges[i] = [(c, target(tgt)) for c, tgt in moves]
+        return self._layout(states, start, cls_edges, blocks_seen, exit_edges)
+
+    def _layout(self, states, start, cls_edges, blocks_seen, exit_edges) -> Automaton:
+        nfa = self.nfa
+        E = len(states)
+        blocks, block_of = [], {}
+        base = E
+        for j in sorted(blocks_seen):
+            vname, lo, hi = nfa.arg[j]
+            vt = self.vts[vname]
+            grid, ns, qs = vt.cells(hi, base)
+            blk = Block(vt, lo, hi, base, grid, ns, qs, np.full(256, -1, dtype=np.int64),
+                        label=(vname, lo, hi, j), entry_depth=blocks_seen[j])
+            block_of[j] = blk
+            blocks.append(blk)
+            base += blk.size
+
+        def resolve(t) -> int:
+            if isinstance(t, tuple):
+                _, j, n, q = t
+                return int(block_of[j].grid[n, q])
+            return t
+
+        bytes_of = [np.flatnonzero(self.byte_class == c) for c in range(self.num_classes)]
+        parts = [np.empty((0, 3), dtype=np.int64)]
+        for s, c, t in cls_edges:
+            b = bytes_of[c]
+            parts.append(np.stack([np.full(len(b), s), b, np.full(len(b), resolve(t))], 1))
+        for j, moves in exit_edges.items():
+            blk = block_of[j]
+            for c, t in moves:
+                blk.exits[bytes_of[c]] = resolve(t)
+            blk.check(f"grammar: {blk.vt.name} value")
+        accepting = np.array([i for i, el in enumerate(states) if nfa.end in el], dtype=np.int64)
+        src = _NodeSource(nfa, states, blocks, self)
+        return Automaton(num_states=base, start=resolve(start), edges=np.concatenate(parts).astype(np.int64),
+                         blocks=blocks, accepting=accepting, source=src, utf8=nfa.utf8)
+
+
+class _NodeSource:
+    """describe() and finish_bytes() for a node-built automaton."""
+
+    def __init__(self, nfa: _NFA, states, blocks, subsets: _Subsets):
+        self.nfa, self.states, self.blocks, self.sub = nfa, states, blocks, subsets
+        self._best = None
+
+    def _elements(self, s: int):
+        if s < len(self.states):
+            return self.states[s]
+        for blk in self.blocks:
+            if blk.base <= s < blk.base + blk.size:
+                return ((blk.label[3], int(blk.ns[s - blk.base]), int(blk.qs[s - blk.base])),)
+        raise IndexError(f"state {s} out of range")
+
+    def describe(self, s: int) -> list:
+        out = []
+        for e in self._elements(s):
+            if isinstance(e, tuple):
+                vname, lo, hi = self.nfa.arg[e[0]]
+                out.append(("S", e[1], self.sub.vts[vname].names[e[2]], (vname, lo, hi)))
+            elif e == self.nfa.end:
+                out.append("final")
+            else:
+                out.append(("B", _mask_text(self.nfa.masks[self.nfa.arg[e]]), self._tail(e)))
+        return out
+
+    def _tail(self, e, limit: int = 24) -> bytes:
+        """The shortest bytes from NFA state e on, cut at `limit` (describe only)."""
+        return self._path(e)[:limit]
+
+    def _lengths(self):
+        """Shortest completion length per NFA state and the choice at each ALT (one pass in id order)."""
+        if self._best is None:
+            nfa = self.nfa
+            inf = 1 << 60
+            best = [inf] * len(nfa.kind)
+            pick = [-1] * len(nfa.kind)
+            for i, k in enumerate(nfa.kind):
+                if k == END:
+                    best[i] = 0
+                elif k == BYTE:
+                    has = self.nfa.masks[nfa.arg[i]].find(1) >= 0
+                    best[i] = 1 + best[nfa.next[i]] if has else inf
+                elif k == ALT:
+                    opts = nfa.arg[i]
+                    j = min(range(len(opts)), key=lambda x: best[opts[x]])      # ties: the first option
+                    best[i], pick[i] = best[opts[j]], opts[j]
+                else:
+                    vname, lo, _ = nfa.arg[i]
+                    best[i] = len(self.sub.vts[vname].finish(0, 0, lo)) + best[nfa.next[i]]
+            self._best = (best, pick)
+        return self._best
+
+    def _path(self, i: int) -> bytes:
+        best, pick = self._lengths()
+        nfa, out = self.nfa, bytearray()
+        while nfa.kind[i] != END:
+            k = nfa.kind[i]
+            if k == ALT:
+                i = pick[i]
+                continue
+            if k == BYTE:
+                out.append(nfa.masks[nfa.arg[i]].find(1))
+            else:
+                vname, lo, _ = nfa.arg[i]
+                out += self.sub.vts[vname].finish(0, 0, lo)
+            i = nfa.next[i]
+        return bytes(out)
+
+    def finish_bytes(self, s: int) -> bytes:
+        """A shortest completion: the element with the shortest one wins, ties to the first."""
+        best, _ = self._lengths()
+        nfa = self.nfa
+        choice, length = None, None
+        for e in self._elements(s):
+            if isinstance(e, tuple):
+                j, n, q = e
+                vname, lo, _ = nfa.arg[j]
+                head = self.sub.vts[vname].finish(n, q, lo)
+                n_e, tail_from = len(head) + best[nfa.next[j]], nfa.next[j]
+            else:
+                head, n_e, tail_from = b"", best[e], e
+            if length is None or n_e < length:
+                choice, length = (head, tail_from), n_e
+        head, tail_from = choice
+        return head + self._path(tail_from)
+
+
+def _mask_text(mask: bytes) -> str:
+    on = [b for b in range(256) if mask[b]]
+    if len(on) == 1:
+        return repr(bytes(on))
+    return f"[{len(on)} bytes {bytes(on[:6])!r}...]" if len(on) > 6 else f"{bytes(on)!r}"

@@ -1,0 +1,247 @@
+"""Tokens run through the automaton: explicit states byte by byte, value bodies by signature.
+
+What depends on the vocabulary alone is computed once per tokenizer and kept (`prepare_vocab`,
+an in-memory cache keyed by the tokenizer's vocab_hash() and stop ids, a few entries):
+
+  * FlatVocab: every token's bytes in one flat array, and the tokens grouped by first byte;
+  * per value type (values.py), each token's *signature* from every sub-state q: whether its
+    bytes stay inside the value (the units they add, the sub-state they end in), stop at a byte
+    the value cannot take where it may end (the position of that byte: the value ends there and
+    the rest of the token runs from what follows), or die. From a cell (n, q) of any value of
+    that type the token's effect is then this signature plus the bounds checks of values.py, so
+    it is computed once, not per cell, per value or per grammar.
+
+What depends on the grammar (the explicit states' columns, the rest of a token after a value
+ends) is simulated per compile, on the live (state, token) pairs only.
+"""
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .classes import classes_of
+from .values import ValueType
+
+# Signature outcomes of a token from a value sub-state.
+DIES, STAYS, STOPS = 0, 1, 2
+
+
+class FlatVocab:
+    """The vocabulary as one byte string: token t is flat[offset[t] : offset[t] + length[t]].
+
+    Work is then proportional to the total bytes of the vocabulary, not V x (longest token).
+    """
+
+    def __init__(self, token_bytes: list[bytes], device):
+        lengths = np.fromiter((len(b) for b in token_bytes), dtype=np.int64, count=len(token_bytes))
+        joined = b"".join(token_bytes) + b"\0"                    # one pad byte: reads past a token stay in range
+        self.flat = torch.from_numpy(np.frombuffer(joined, dtype=np.uint8).astype(np.int64)).to(device)  # [N+1]
+        self.lengths = torch.from_numpy(lengths).to(device)                                              # [V]
+        self.offset = torch.cumsum(self.lengths, 0) - self.lengths                                       # [V]
+        self.max_len = int(lengths.max(initial=0))
+        self.owner = torch.repeat_interleave(torch.arange(len(token_bytes), device=device), self.lengths)  # [N]
+        self.pos = torch.arange(len(self.owner), device=device) - self.offset[self.owner]                # [N]
+        # tokens grouped by first byte (256 = no bytes)
+        first = torch.where(self.lengths > 0, self.flat[self.offset], torch.full_like(self.lengths, 256))
+        self.by_first = torch.argsort(first, stable=True)                                                # [V]
+        self.first_count = torch.bincount(first, minlength=257)[:256]                                    # [256]
+        self.first_start = torch.cumsum(self.first_count, 0) - self.first_count                          # [256]
+
+    def __len__(self) -> int:
+        return self.lengths.shape[0]
+
+    def byte_at(self, tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        return self.flat[self.offset[tok] + pos]
+
+
+@dataclass
+class Signature:
+    """A value type's effect of every token from every sub-state (see the module docstring)."""
+    out: torch.Tensor          # int64 [Q, V]: DIES / STAYS / STOPS
+    units: torch.Tensor        # int64 [Q, V]: units added before the end or the stop
+    q_end: torch.Tensor        # int64 [Q, V]: sub-state at the end or the stop, -1 if it dies
+    ev_of: torch.Tensor        # int64 [Q, V]: index of the (token, stop position) event, -1 if none
+    ev_tok: torch.Tensor       # int64 [E]
+    ev_pos: torch.Tensor       # int64 [E]: position of the byte that ends the value
+    ev_byte: torch.Tensor      # int64 [E]: that byte
+    sig_id: torch.Tensor       # int64 [V]: tokens with equal signatures from every sub-state share an id
+
+
+@dataclass
+class VocabPrep:
+    """The vocabulary-only work for one tokenizer (stop ids' bytes blanked: they are never text)."""
+    token_bytes: list
+    eos_id: int
+    stop_ids: tuple
+    vocab: FlatVocab
+    signatures: dict = field(default_factory=dict)
+
+    def signature(self, vt: ValueType) -> Signature:
+        if vt.name not in self.signatures:
+            self.signatures[vt.name] = _signature(vt, self.vocab)
+        return self.signatures[vt.name]
+
+
+_CACHE: OrderedDict = OrderedDict()
+CACHE_SIZE = 4
+
+
+def stop_ids_of(tokenizer) -> tuple:
+    eos = int(tokenizer.eos_id)
+    stops = tuple(int(s) for s in getattr(tokenizer, "stop_ids", None) or (eos,))
+    return stops if eos in stops else (eos,) + stops
+
+
+def vocab_hash_of(tokenizer) -> str:
+    if hasattr(tokenizer, "vocab_hash"):
+        return str(tokenizer.vocab_hash())
+    return hash_vocab(tokenizer.token_bytes, tokenizer.eos_id, stop_ids_of(tokenizer))
+
+
+def hash_vocab(token_bytes, eos_id, stop_ids=None) -> str:
+    """sha256 of the token bytes, the eos id and (when not just eos) the stop ids."""
+    lengths = np.fromiter((len(b) for b in token_bytes), dtype=np.int64, count=len(token_bytes))
+    h = hashlib.sha256(lengths.tobytes())
+    h.update(b"".join(token_bytes))
+    h.update(int(eos_id).to_bytes(8, "little"))
+    if stop_ids is not None and tuple(stop_ids) != (int(eos_id),):
+        h.update(np.asarray(stop_ids, dtype=np.int64).tobytes())
+    return h.hexdigest()
+
+
+def prepare_vocab(tokenizer, device) -> VocabPrep:
+    """The cached vocabulary work for `tokenizer` on `device` (built on first use)."""
+    token_bytes = tokenizer.token_bytes
+    V = len(token_bytes)
+    eos_id = int(tokenizer.eos_id)
+    stops = stop_ids_of(tokenizer)
+    for s in stops:
+        if not 0 <= s < V:
+            raise ValueError(f"stop id {s} is outside the vocabulary (size {V})")
+    key = (vocab_hash_of(tokenizer), stops, eos_id, V, str(torch.device(device)))
+    prep = _CACHE.get(key)
+    if prep is None:
+        blanked = list(token_bytes)
+        for s in stops:
+            blanked[s] = b""          # a stop token carries no text: it is handled as its own class
+        prep = VocabPrep(blanked, eos_id, stops, FlatVocab(blanked, device))
+        _CACHE[key] = prep
+        while len(_CACHE) > CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    _CACHE.move_to_end(key)
+    return prep
+
+
+# --- byte-by-byte simulation -----------------------------------------------------------------------
+def run_tokens(delta: torch.Tensor, vocab: FlatVocab, start: torch.Tensor, tok: torch.Tensor,
+               offset: torch.Tensor) -> torch.Tensor:
+    """Feed token `tok[p]` from byte `offset[p]` on, starting in state `start[p]`.
+
+    delta int64 [S, 256]; start/tok/offset int64 [P]. Returns int64 [P]: the state after the
+    token's last byte, or -1. Only live pairs are carried from one byte to the next.
+    """
+    lengths = vocab.lengths
+    out = torch.full_like(start, -1)
+    idx = torch.arange(len(start), device=start.device)
+    state, pos = start.clone(), offset.clone()
+    ended = pos >= lengths[tok]                    # nothing left to feed: stays where it is
+    out[idx[ended]] = state[ended]
+    live = ~ended & (state >= 0)
+    idx, state, pos, t = idx[live], state[live], pos[live], tok[live]
+    while len(idx):
+        state = delta[state, vocab.byte_at(t, pos)]
+        pos = pos + 1
+        fin = pos >= lengths[t]
+        out[idx[fin]] = state[fin]
+        keep = ~fin & (state >= 0)
+        idx, state, pos, t = idx[keep], state[keep], pos[keep], t[keep]
+    return out
+
+
+def explicit_columns(edges: torch.Tensor, delta: torch.Tensor, vocab: FlatVocab):
+    """Where each token leads from each explicit state, as sparse (state, token, next) triples.
+
+    edges int64 [E, 3] (src, byte, first state after the byte, in delta's ids). Only tokens
+    whose first byte the state accepts are simulated: the pairs are built per edge from the
+    tokens grouped by first byte, so the work is the number of live (state, token) pairs.
+    """
+    dev = vocab.flat.device
+    n_per_edge = vocab.first_count[edges[:, 1]]                  # [E]
+    edge_of_pair = torch.repeat_interleave(torch.arange(len(edges), device=dev), n_per_edge)
+    rank = torch.arange(len(edge_of_pair), device=dev) - torch.repeat_interleave(
+        torch.cumsum(n_per_edge, 0) - n_per_edge, n_per_edge)
+    tok = vocab.by_first[vocab.first_start[edges[edge_of_pair, 1]] + rank]   # [P]
+    src = edges[edge_of_pair, 0]
+    nxt = run_tokens(delta, vocab, edges[edge_of_pair, 2], tok, torch.ones_like(tok))
+    ok = nxt >= 0
+    return src[ok], tok[ok], nxt[ok]
+
+
+# --- value-type signatures ---------------------------------------------------------------------------
+def _signature(vt: ValueType, vocab: FlatVocab) -> Signature:
+    dev = vocab.flat.device
+    V, Q = len(vocab), vt.num_substates
+    v = vt.on(dev)
+    table = v.table.reshape(-1)                                  # [Q * 256]
+    inc = v.inc.reshape(-1)
+    out = torch.zeros((Q, V), dtype=torch.int64, device=dev)     # DIES unless found otherwise
+    units = torch.zeros((Q, V), dtype=torch.int64, device=dev)
+    q_end = torch.full((Q, V), -1, dtype=torch.int64, device=dev)
+    stop_pos = torch.full((Q, V), -1, dtype=torch.int64, device=dev)
+    # live (start sub-state, token) pairs; tokens without bytes never enter a value
+    has = torch.nonzero(vocab.lengths > 0).flatten()
+    q0 = torch.arange(Q, device=dev).repeat_interleave(len(has))
+    tk = has.repeat(Q)
+    cur, k = q0.clone(), torch.zeros_like(q0)
+    i = 0
+    while len(tk):
+        b = vocab.flat[vocab.offset[tk] + i]
+        cell = cur * 256 + b
+        nq = table[cell]
+        stops = v.accept[cur] & (nq < 0)                         # ends the value here (if what follows takes b)
+        out[q0[stops], tk[stops]] = STOPS
+        units[q0[stops], tk[stops]] = k[stops]
+        q_end[q0[stops], tk[stops]] = cur[stops]
+        stop_pos[q0[stops], tk[stops]] = i
+        go = nq >= 0
+        q0, tk, cur, k = q0[go], tk[go], nq[go], k[go] + inc[cell[go]]
+        i += 1
+        ended = vocab.lengths[tk] <= i
+        out[q0[ended], tk[ended]] = STAYS
+        units[q0[ended], tk[ended]] = k[ended]
+        q_end[q0[ended], tk[ended]] = cur[ended]
+        q0, tk, cur, k = q0[~ended], tk[~ended], cur[~ended], k[~ended]
+    # the distinct (token, stop position) events
+    qi, ti = torch.nonzero(out == STOPS, as_tuple=True)
+    pair = ti * (vocab.max_len + 1) + stop_pos[qi, ti]
+    uniq, ev_index = torch.unique(pair, return_inverse=True)
+    ev_of = torch.full((Q, V), -1, dtype=torch.int64, device=dev)
+    ev_of[qi, ti] = ev_index
+    ev_tok, ev_pos = uniq // (vocab.max_len + 1), uniq % (vocab.max_len + 1)
+    ev_byte = vocab.flat[vocab.offset[ev_tok] + ev_pos]
+    sig_id = classes_of(torch.cat([out, units, q_end, stop_pos]).T.contiguous())[0]
+    return Signature(out, units, q_end, ev_of, ev_tok, ev_pos, ev_byte, sig_id)
+
+
+def after_stops(sig: Signature, blocks: list, delta: torch.Tensor, to_compact: torch.Tensor,
+                from_compact: torch.Tensor, vocab: FlatVocab) -> torch.Tensor:
+    """int64 [len(blocks), E]: the state after each stop event's remaining bytes, per block, -1 if illegal.
+
+    The byte that ends the value must be one of the block's ending bytes; the rest of the token
+    then runs from the state that byte leads to.
+    """
+    dev = vocab.flat.device
+    E = len(sig.ev_tok)
+    out = torch.full((len(blocks), E), -1, dtype=torch.int64, device=dev)
+    if not E or not blocks:
+        return out
+    exits = torch.as_tensor(np.stack([b.exits for b in blocks]), device=dev)       # [B, 256]
+    start = exits[:, sig.ev_byte]                                                  # [B, E] global ids
+    bi, ei = torch.nonzero(start >= 0, as_tuple=True)
+    res = run_tokens(delta, vocab, to_compact[start[bi, ei]], sig.ev_tok[ei], sig.ev_pos[ei] + 1)
+    out[bi, ei] = torch.where(res >= 0, from_compact[res.clamp(min=0)], -1)
+    return out
