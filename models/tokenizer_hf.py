@@ -129,7 +129,10 @@ def load_tokenizer_json(path: Path, text: str, directory: Path | None, eos_id: i
 
     pieces, added = _pieces(name, model, model_type, spec.get("added_tokens") or [])
     if byte_level:
-        token_bytes = pieces_to_bytes([p or "" for p in pieces], name)
+        texts = [p or "" for p in pieces]
+        for tok_id, _, _ in added:  # an added token may sit in model.vocab too, spelled as text (DeepSeek's ｜)
+            texts[tok_id] = ""
+        token_bytes = pieces_to_bytes(texts, name)
     else:
         token_bytes = _spm_bytes(pieces, _space_mark(spec), byte_fallback, model)
     special = []

@@ -306,6 +306,15 @@ def test_bad_tokenizer_json_files(tmp_path):
     (tmp_path / "wordpiece.json").write_text(json.dumps(spec))
     assert "model type WordPiece is not supported" in one_line_error(tmp_path / "wordpiece.json")
 
+    spec = json.loads(text)
+    spec["model"]["vocab"]["<｜begin▁of▁sentence｜>"] = 50257  # text, not the byte alphabet: fine as an added token
+    (tmp_path / "outside.json").write_text(json.dumps(spec))
+    assert "'｜', which is not in the byte-level alphabet" in one_line_error(tmp_path / "outside.json", eos_id=0)
+    spec["added_tokens"].append({**spec["added_tokens"][0], "id": 50257, "content": "<｜begin▁of▁sentence｜>"})
+    (tmp_path / "outside.json").write_text(json.dumps(spec))
+    tok = load_tokenizer(tmp_path / "outside.json", eos_id=50257)
+    assert tok.token_bytes[50257] == b"" and tok.encode("a<｜begin▁of▁sentence｜>") == [64, 50257]
+
     (tmp_path / "nomodel.json").write_text('{"version": "1.0"}')
     assert 'no "model"' in one_line_error(tmp_path / "nomodel.json")
 
