@@ -173,14 +173,7 @@ def call_schema(registry: ToolRegistry, format: str = "seed", max_string: int = 
 
 
 def registry_key(registry: ToolRegistry) -> list:
-    """What a call grammar depends on, canonically: per tool its name and its required args (native)
-    or its parameters schema (typed, annotations dropped, key order kept: properties are generated in declared
-    order)."""
-    from .schema import canonical_schema
-    out = []
-    for t in registry:
-        if is_typed(t):
-            out.append({"name": t.name, "parameters": json.loads(json.dumps(canonical_schema(t.parameters)))})
-        else:
-            out.append({"name": t.name, "args": [a.name for a in t.required_args]})
-    return out
+    """What a call grammar depends on, canonically (Tool.canonical): per tool its name and its required
+    args (native) or its parameters without annotations (typed; key order kept: properties are generated
+    in declared order)."""
+    return [json.loads(t.canonical_json()) for t in registry]

@@ -64,3 +64,49 @@ def test_sampled_json_calls_all_validate(tmp_path):
     assert total >= 2000
     assert cut > 0                               # ceilings were hit: finish() completions validate too
     assert len(tools_seen) >= 8                  # the random models reach most of the catalogue
+
+
+@pytest.fixture(scope="module")
+def model_files(tmp_path_factory):
+    if not (LLAMA.exists() and CATALOGUE.exists()):
+        pytest.skip("../shared not present")
+    d = tmp_path_factory.mktemp("fmt")
+    config = ModelConfig(dim=16, hidden_dim=32, n_layers=1, n_heads=2, n_kv_heads=2, vocab_size=32000, seq_len=1024)
+    write_checkpoint(d / "model.bin", config, random_weights(config, seed=7, std=0.8))
+    (d / "tasks.txt").write_text("\n".join(f"task {i}" for i in range(6)) + "\n")
+    return d
+
+
+def _generate(d, out, *extra):
+    return main(["generate", "--tasks", str(d / "tasks.txt"), "--checkpoint", str(d / "model.bin"), "--tokenizer",
+                 str(LLAMA), "--tools", str(CATALOGUE), "--batch-size", "6", "--max-new-tokens", "30",
+                 "--temperature", "1", "--quiet", "--device", "cpu", "--out", str(out), *extra])
+
+
+def test_compile_format_json_cache_is_reused_and_refused_for_another_format(model_files, tmp_path, capsys):
+    d = model_files
+    cache = tmp_path / "g.pt"
+    assert main(["compile", "--tools", str(CATALOGUE), "--tokenizer", str(LLAMA), "--format", "json",
+                 "--out", str(cache)]) == 0
+    fresh, cached = tmp_path / "fresh.jsonl", tmp_path / "cached.jsonl"
+    assert _generate(d, fresh, "--format", "json") == 0
+    assert _generate(d, cached, "--format", "json", "--grammar", str(cache)) == 0
+    rows = lambda p: [{k: v for k, v in json.loads(x).items() if k != "seconds"}
+                      for x in p.read_text(encoding="utf-8").split("\n") if x]
+    assert rows(fresh) == rows(cached)                            # the same table, compiled or loaded
+    assert all(r["call"] is not None and set(r["call"]) == {"name", "arguments"} for r in rows(cached))
+    capsys.readouterr()
+    assert _generate(d, tmp_path / "seed.jsonl", "--grammar", str(cache)) == 2      # a json cache, seed asked
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("batchmask: error:") and "g.pt" in err[0], err
+
+
+def test_free_arm_parses_in_the_format_asked(model_files, tmp_path):
+    out = tmp_path / "free.jsonl"
+    assert _generate(model_files, out, "--format", "json", "--no-constrain") == 0
+    registry = ToolRegistry.from_json(CATALOGUE)
+    from batchmask.prompt import parse_call
+    for line in out.read_text(encoding="utf-8").split("\n"):
+        if line:
+            r = json.loads(line)
+            assert (r["call"], r["error"]) == parse_call(r["text"], registry, format="json")
