@@ -79,7 +79,8 @@ def greedy_ours(model, prompts: list[list[int]], n_new: int) -> list[list[int]]:
 
 
 def greedy_transformers(model, prompt: list[int], n_new: int) -> list[int]:
+    """transformers' greedy continuation: n_new tokens, or fewer ending with EOS (where generate stops)."""
     with torch.no_grad():
         out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                             max_new_tokens=n_new, min_new_tokens=n_new, do_sample=False, pad_token_id=0)
+                             max_new_tokens=n_new, do_sample=False, pad_token_id=0)
     return out[0, len(prompt):].tolist()
