@@ -12,13 +12,18 @@ import argparse
 import importlib.util
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
 
+from . import limits
+from .limits import float_arg, int_arg
+
 # The embedded model ships inside batchmask.models (the repository's models/default/): found through the
 # package, so an installed wheel and an editable install both find it (without importing torch here).
 DEFAULT_DIR = Path(importlib.util.find_spec("batchmask.models").submodule_search_locations[0]) / "default"
+DEFAULT_MAX_CONTEXT = 4096  # --max-context: positions per row of the KV cache, at most
 
 
 # --- loading ------------------------------------------------------------------------------------
@@ -43,18 +48,18 @@ def _dtype(name: str | None, device):
     return table[name]
 
 
-def load_model_and_tokenizer(checkpoint, tokenizer_path, device, dtype, eos_id=None):
-    """The checkpoint and tokenizer (default: the embedded model), checked against each other."""
-    from batchmask.models.checkpoint import check_vocab
-    from batchmask.models.llama import load_checkpoint
-    from batchmask.models.tokenizer import load_tokenizer
-
+def resolve_model_paths(checkpoint, tokenizer_path) -> tuple[Path, Path]:
+    """The checkpoint and tokenizer files a run uses (default: the embedded model; the tokenizer beside it)."""
     if checkpoint is None:
         checkpoint = DEFAULT_DIR / "model.bin"
         if tokenizer_path is None:
             tokenizer_path = DEFAULT_DIR / "tokenizer.model"
         if not Path(checkpoint).exists():
             raise ValueError(f"the embedded default model is missing ({checkpoint}); pass --checkpoint")
+    from batchmask.models.hf import hf_directory, resolve_checkpoint
+    checkpoint = resolve_checkpoint(checkpoint)  # a hub id ORG/NAME -> its local snapshot directory
+    if tokenizer_path is None and hf_directory(checkpoint) is not None:
+        tokenizer_path = hf_directory(checkpoint)  # a HF model directory holds its own tokenizer files
     if tokenizer_path is None:
         # llama2.c's convention: the tokenizer sits beside the checkpoint
         for name in ("tokenizer.model", "tokenizer.bin"):
@@ -66,8 +71,18 @@ def load_model_and_tokenizer(checkpoint, tokenizer_path, device, dtype, eos_id=N
     for what, p in (("checkpoint", checkpoint), ("tokenizer", tokenizer_path)):
         if not Path(p).exists():
             raise ValueError(f"{what} not found: {p}")
+    return Path(checkpoint), Path(tokenizer_path)
+
+
+def load_model_and_tokenizer(checkpoint, tokenizer_path, device, dtype, max_context=None, eos_id=None):
+    """The checkpoint and tokenizer (default: the embedded model), checked against each other."""
+    from batchmask.models.checkpoint import check_vocab
+    from batchmask.models.llama import load_checkpoint
+    from batchmask.models.tokenizer import load_tokenizer
+
+    checkpoint, tokenizer_path = resolve_model_paths(checkpoint, tokenizer_path)
     tokenizer = load_tokenizer(tokenizer_path, eos_id=eos_id)
-    model = load_checkpoint(checkpoint, device=device, dtype=dtype)
+    model = load_checkpoint(checkpoint, device=device, dtype=dtype, max_context=max_context)
     tokenizer.pad_to(model.config.vocab_size)  # an embedding padded past a HF/raw-byte vocabulary: never legal
     check_vocab(model.config, tokenizer.vocab_size, checkpoint, tokenizer_path)
     return model, tokenizer
@@ -79,144 +94,116 @@ def load_registry(path):
 
 
 def load_grammar(args, registry, tokenizer, device):
-    from .compiler import CompiledGrammar, compile_grammar
+    from . import api
+    fmt = getattr(args, "format", "seed")
     if getattr(args, "grammar", None):
-        return CompiledGrammar.load(args.grammar, device=device, registry=registry, tokenizer=tokenizer,
-                                    max_string=args.max_string, utf8=not args.bytes)
-    return compile_grammar(registry, tokenizer, max_string=args.max_string, utf8=not args.bytes, device=device)
+        return api.load_grammar(args.grammar, registry, tokenizer, format=fmt, max_string=args.max_string,
+                            utf8=not args.bytes, device=device)
+    return api.compile_grammar(registry, tokenizer, format=fmt, max_string=args.max_string, utf8=not args.bytes,
+                               device=device)
 
 
-def read_tasks(path: str) -> tuple[list[str], list[int | None]]:
-    """One task per line, or JSONL objects with a "task" field (and optionally "max_new_tokens");
-    '-' reads stdin. Returns the tasks and each one's token ceiling (None: the command's default)."""
-    if path == "-":
-        raw, name = sys.stdin.read(), "<stdin>"
-    else:
-        p = Path(path)
-        if not p.exists():
-            raise ValueError(f"tasks file not found: {p}")
-        try:
-            raw = p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise ValueError(f"{p}: cannot read tasks file: {e}") from None
-        name = str(p)
-    lines = [(i + 1, ln) for i, ln in enumerate(raw.splitlines()) if ln.strip()]
-    if not lines:
-        raise ValueError(f"{name}: no tasks (the file is empty)")
-    if all(ln.lstrip().startswith("{") for _, ln in lines):
-        tasks, limits = [], []
-        for n, ln in lines:
-            try:
-                obj = json.loads(ln)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{name} line {n}: not valid JSON ({e.msg})") from None
-            if not isinstance(obj, dict) or not isinstance(obj.get("task"), str) or not obj["task"].strip():
-                raise ValueError(f"{name} line {n}: expected an object with a non-empty string \"task\"")
-            limit = obj.get("max_new_tokens")
-            if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
-                raise ValueError(f"{name} line {n}: \"max_new_tokens\" must be a positive integer, got {limit!r}")
-            tasks.append(obj["task"])
-            limits.append(limit)
-        return tasks, limits
-    return [ln.strip() for _, ln in lines], [None] * len(lines)
+# --- the run's fingerprint ----------------------------------------------------------------------
+# `generate --resume` refuses to continue an output written with other settings. Every flag of `generate`
+# counts as result-changing, as given, unless it is named here: a flag added later is fingerprinted with no
+# further work. Name a new flag in NOT_RESULT_FLAGS only if no result can depend on it; in FILE_FLAGS if its
+# value is a path (then the file's content counts, not its name).
+NOT_RESULT_FLAGS = {"command", "func", "batch_size", "out", "resume", "force", "show", "quiet", "tasks_format"}
+FILE_FLAGS = {"tools", "grammar"}
+_DERIVED = {"tasks", "checkpoint", "tokenizer", "device", "dtype", "max_new_tokens", "seed"}  # see run_settings
 
 
-# --- output -------------------------------------------------------------------------------------
-def done_indices(out_path: Path) -> set[int]:
-    """Indices already in an output file (for --resume); a torn last line is cut off."""
-    if not out_path.exists():
-        return set()
-    data = out_path.read_bytes()
-    keep = data[: data.rfind(b"\n") + 1]
-    if len(keep) != len(data):
-        out_path.write_bytes(keep)
-    done = set()
-    for n, line in enumerate(keep.decode("utf-8", errors="replace").splitlines(), 1):
-        try:
-            done.add(int(json.loads(line)["index"]))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-            raise ValueError(f"{out_path} line {n}: not a batchmask result line; cannot --resume from it") from None
-    return done
+def run_settings(args, taskfile, checkpoint: Path, tokenizer_path: Path, device, dtype, max_new_tokens: int) -> dict:
+    """The one dict of everything the results depend on (stored in OUT.run.json, compared by --resume)."""
+    from .runfiles import file_identity
+    settings = {}
+    for name, value in vars(args).items():
+        if name in NOT_RESULT_FLAGS or name in _DERIVED or value is None:
+            continue
+        if name in FILE_FLAGS:
+            value = file_identity(value)
+        settings[name] = value if isinstance(value, (str, int, float, bool)) else str(value)
+    settings.update({
+        "tasks": f"{len(taskfile.tasks)} tasks, sha256:{taskfile.key()}",
+        "checkpoint": file_identity(checkpoint),
+        "tokenizer": file_identity(tokenizer_path),
+        "device": device.type,                      # cpu and cuda kernels round differently; cuda:0 vs :1 do not
+        "dtype": str(dtype).removeprefix("torch."),
+        "max_new_tokens": max_new_tokens,
+        "seed": args.seed,                          # already reduced to 63 bits by its parser
+    })
+    if args.tools is None:
+        settings["tools"] = "built-in"
+    return dict(sorted(settings.items()))
 
 
-class Progress:
-    """tasks done / total and tokens/s on stderr: a live line on a terminal, a line every 5 s otherwise."""
-
-    def __init__(self, total: int, enabled: bool = True):
-        self.total, self.enabled, self.tty = total, enabled, sys.stderr.isatty()
-        self.t0 = self.last = time.perf_counter()
-
-    def __call__(self, done: int, tokens: int, force: bool = False):
-        now = time.perf_counter()
-        if not self.enabled or (not force and now - self.last < (0.25 if self.tty else 5.0)):
-            return
-        self.last = now
-        rate = tokens / max(now - self.t0, 1e-9)
-        msg = f"[{done}/{self.total}] {tokens} tokens, {rate:,.0f} tok/s"
-        print(("\r" + msg) if self.tty else msg, end="" if self.tty else "\n", file=sys.stderr, flush=True)
-
-    def close(self):
-        if self.enabled and self.tty:
-            print(file=sys.stderr)
-
-
-def show_call(res, tokenizer, stream=sys.stderr):
-    """Each token of a call marked by how many tokens were legal when it was chosen.
-
-    Legal count 1 is the grammar dictating (dim); large counts are the model choosing (bright).
-    """
-    tty = stream.isatty()
-    parts = []
-    for tok, n in zip(res.token_ids or [], res.legal_counts or []):
-        piece = "<eos>" if tok == tokenizer.eos_id else tokenizer.token_bytes[tok].decode("utf-8", errors="replace")
-        if tty:
-            color = "2" if n == 1 else ("33" if n < 100 else "1;32")
-            parts.append(f"\x1b[{color}m{piece}\x1b[0m\x1b[2m{_sub(n)}\x1b[0m")
-        else:
-            parts.append(f"{piece}[{n}]")
-    print(f"task: {res.task}", file=stream)
-    print("  " + ("".join(parts) if tty else " ".join(parts)), file=stream)
-    print(f"  -> {'OK ' + json.dumps(res.call) if res.call else 'ERROR ' + str(res.error)}"
-          f"{' (cut)' if res.cut else ''}", file=stream)
-
-
-def _sub(n: int) -> str:
-    return str(n).translate(str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉"))
+def _max_new_tokens(value: int | None, context: int) -> int:
+    """--max-new-tokens as given (refused above the model's context), or the default capped by the context."""
+    if value is None:
+        return min(DEFAULT_MAX_NEW_TOKENS, context)
+    if value > context:
+        raise ValueError(f"--max-new-tokens {value}: above the model's context (seq_len {context})")
+    return value
 
 
 # --- commands -----------------------------------------------------------------------------------
 def cmd_generate(args) -> int:
-    import torch
-
     from . import distributed
-    from .generation import BatchGenerator, GenerationConfig
+    from .runfiles import read_tasks
 
-    dist = distributed.setup(args.device)
-    device = dist.device if dist else _device(args.device)
-    tasks, task_limits = read_tasks(args.tasks)
-    registry = load_registry(args.tools)
-    model, tokenizer = load_model_and_tokenizer(args.checkpoint, args.tokenizer, device, _dtype(args.dtype, device),
-                                                args.eos_id)
-    grammar = None if args.no_constrain else load_grammar(args, registry, tokenizer, device)
+    if args.resume and args.force:
+        raise ValueError("--resume and --force contradict each other: pick one")
     out_path = Path(args.out) if args.out and args.out != "-" else None
     if args.resume and out_path is None:
         raise ValueError("--resume needs --out FILE")
-    skip = done_indices(out_path) if args.resume else set()
-    if out_path and dist is None and not args.resume and out_path.exists() and not args.force:
-        raise ValueError(f"{out_path} exists; pass --resume to continue it or --force to overwrite")
+    taskfile = read_tasks(args.tasks, args.tasks_format)
+    dist = distributed.setup(args.device)
+    # the output is locked and checked before the model loads, so a clash is refused at once
+    with distributed.Output(out_path, dist, resume=args.resume, force=args.force) as output:
+        return _generate(args, dist, taskfile, output)
+
+
+def _generate(args, dist, taskfile, output) -> int:
+    from . import __version__, distributed
+    from .display import Progress, show_call
+    from .generation import BatchGenerator, GenerationConfig, encode_prompts
+
+    device = dist.device if dist else _device(args.device)
+    dtype = _dtype(args.dtype, device)
+    tasks = taskfile.tasks
+    registry = load_registry(args.tools)
+    model, tokenizer = load_model_and_tokenizer(args.checkpoint, args.tokenizer, device, dtype, args.max_context,
+                                                args.eos_id)
+    context = model.config.seq_len
+    max_new = _max_new_tokens(args.max_new_tokens, context)
+    taskfile.check_limits(context, "the model's context (seq_len)")
+    if args.no_constrain:            # the free arm compiles nothing: check the format and the schemas here
+        from .envelope import registry_node
+        registry_node(registry, args.format, args.max_string)
+    grammar = None if args.no_constrain else load_grammar(args, registry, tokenizer, device)
+    settings = info = None
+    if output.out_path is not None and output.rank0:
+        checkpoint, tokenizer_path = resolve_model_paths(args.checkpoint, args.tokenizer)
+        settings = run_settings(args, taskfile, checkpoint, tokenizer_path, device, dtype, max_new)
+        info = {"batchmask": __version__, "tasks": str(taskfile.name), "checkpoint": str(checkpoint),
+                "tokenizer": str(tokenizer_path), "tools": args.tools, "batch_size": args.batch_size,
+                "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    skip = output.plan(settings, tasks)
     todo = [i for i in range(len(tasks)) if i not in skip]
     if dist:
         todo = todo[dist.rank::dist.world]
-    # Validate every prompt before writing anything.
-    from .generation import encode_prompts
-    encode_prompts([tasks[i] for i in todo], tokenizer, registry, model.config.seq_len)
+    limits = [taskfile.limits[i] or max_new for i in todo]
+    batch = max(1, min(args.batch_size, len(todo)))           # more slots than tasks would only cost memory
 
-    limits = [task_limits[i] or args.max_new_tokens for i in todo]
-    config = GenerationConfig(batch_size=args.batch_size, max_new_tokens=max([args.max_new_tokens, *limits]),
-                              temperature=args.temperature, top_p=args.top_p, seed=args.seed,
-                              constrain=not args.no_constrain, record_counts=args.show)
-    gen = BatchGenerator(model, tokenizer, registry, grammar, config)
-    sink = distributed.Sink(out_path, dist, append=bool(args.resume))
+    def prepare():
+        encode_prompts([tasks[i] for i in todo], tokenizer, registry, context)   # every prompt, before any write
+        config = GenerationConfig(batch_size=batch, max_new_tokens=max([max_new, *limits]),
+                                  temperature=args.temperature, top_p=args.top_p, seed=args.seed,
+                                  constrain=not args.no_constrain, record_counts=args.show, format=args.format)
+        return BatchGenerator(model, tokenizer, registry, grammar, config)
+    gen = distributed.agree(dist, prepare)
+    output.commit(settings, info)
+    sink = output.sink()
     progress = Progress(len(todo), enabled=not args.quiet)
     parsed = 0
 
@@ -228,14 +215,16 @@ def cmd_generate(args) -> int:
             show_call(res, tokenizer)
 
     t0 = time.perf_counter()
+    interrupts_raise()
     try:
         stats = gen.run([tasks[i] for i in todo], indices=todo, on_result=on_result, on_progress=progress,
                         limits=limits)
     except KeyboardInterrupt:
         progress.close()
         sink.close()
+        where = output.out_path if dist is None else f"{output.out_path}.part{dist.rank}"
         print(f"batchmask: interrupted; {sink.count} finished results kept"
-              + (f" in {out_path} (rerun with --resume to continue)" if out_path else ""), file=sys.stderr)
+              + (f" in {where} (rerun with --resume to continue)" if output.out_path else ""), file=sys.stderr)
         return 130
     progress(stats.tasks, stats.tokens, force=True)
     progress.close()
@@ -244,12 +233,11 @@ def cmd_generate(args) -> int:
     if not args.quiet:
         arm = "free" if args.no_constrain else "constrained"
         print(f"batchmask: {stats.tasks} tasks ({arm}), {parsed} parsed as calls, {stats.tokens} tokens in "
-              f"{wall:.2f} s ({stats.tokens / max(wall, 1e-9):,.0f} tok/s, batch {args.batch_size}, "
+              f"{wall:.2f} s ({stats.tokens / max(wall, 1e-9):,.0f} tok/s, batch {batch}, "
               f"{device}{', rank ' + str(dist.rank) if dist else ''})", file=sys.stderr)
     if dist:
-        sink.merge()
+        output.finish(sink)
         distributed.teardown()
-    del torch
     return 0
 
 
@@ -257,9 +245,10 @@ def cmd_ablate(args) -> int:
     from .ablation import run_ablation
     device = _device(args.device)
     model, tokenizer = load_model_and_tokenizer(args.checkpoint, args.tokenizer, device, _dtype(args.dtype, device),
-                                                args.eos_id)
+                                                args.max_context, args.eos_id)
     report = run_ablation(model, tokenizer, n=args.n, batch_size=args.batch_size,
-                          max_new_tokens=args.max_new_tokens, seed=args.seed, max_string=args.max_string)
+                          max_new_tokens=_max_new_tokens(args.max_new_tokens, model.config.seq_len), seed=args.seed,
+                          max_string=args.max_string)
     print(report.table())
     if args.json:
         Path(args.json).write_text(json.dumps(report.to_json(), indent=2))
@@ -270,14 +259,14 @@ def cmd_ablate(args) -> int:
 def cmd_compile(args) -> int:
     from batchmask.models.tokenizer import load_tokenizer
 
-    from .compiler import compile_grammar
+    from .api import compile_grammar
     registry = load_registry(args.tools)
     tok_path = args.tokenizer or (DEFAULT_DIR / "tokenizer.model")
     if not Path(tok_path).exists():
         raise ValueError(f"tokenizer not found: {tok_path}")
     tokenizer = load_tokenizer(tok_path, eos_id=args.eos_id)
     t = time.perf_counter()
-    g = compile_grammar(registry, tokenizer, max_string=args.max_string, utf8=not args.bytes,
+    g = compile_grammar(registry, tokenizer, format=args.format, max_string=args.max_string, utf8=not args.bytes,
                         device=_device(args.device))
     dt = time.perf_counter() - t
     print(f"registry: {', '.join(registry.names)}")
@@ -292,39 +281,75 @@ def cmd_compile(args) -> int:
 
 
 # --- argument parsing ---------------------------------------------------------------------------
+DEFAULT_MAX_NEW_TOKENS = 160
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line (`batchmask generate: error: argument --seed: ...`), exit 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _eos_arg(p):
     p.add_argument("--eos-id", type=int, help="the end-of-sequence token id, for a vocabulary whose files name none "
                    "(the end tokens they do name stay stop ids)")
 
 
 def _model_args(p):
-    p.add_argument("--checkpoint", help="llama2.c checkpoint (.bin); default: the embedded model")
-    p.add_argument("--tokenizer", help="tokenizer.model or tokenizer.bin; default: beside the checkpoint")
+    p.add_argument("--checkpoint", help="llama2.c checkpoint (.bin), Hugging Face model directory (config.json + "
+                   "safetensors) or hub id ORG/NAME (needs huggingface_hub); default: the embedded model")
+    p.add_argument("--tokenizer", help="tokenizer.model, tokenizer.bin or tokenizer.json; default: beside a llama2.c "
+                   "checkpoint, or the HF model directory itself")
     _eos_arg(p)
+    p.add_argument("--max-context", type=int_arg(1, limits.MAX_TOKENS), default=DEFAULT_MAX_CONTEXT,
+                   help=f"cap on the model's context (KV cache positions per row; default {DEFAULT_MAX_CONTEXT}: "
+                        "a HF model's max_position_embeddings of 128K would need a cache no batch fits)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N (default: cuda if available)")
     p.add_argument("--dtype", default="auto", help="float32 (CPU default), bfloat16 (CUDA default), float16")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--max-new-tokens", type=int, default=160,
-                   help="token ceiling per call (also capped by the context left after the prompt)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-string", type=int, default=256, help="byte cap of one argument value (default 256)")
+    p.add_argument("--batch-size", type=int_arg(1, limits.MAX_BATCH), default=16,
+                   help="slots run at once (default 16; clamped to the number of tasks, refused if its KV cache "
+                        "does not fit the device's free memory)")
+    p.add_argument("--max-new-tokens", type=int_arg(1, limits.MAX_TOKENS), default=None,
+                   help=f"token ceiling per call (default {DEFAULT_MAX_NEW_TOKENS}; at most the model's context, "
+                        "and also capped by the context left after the prompt)")
+    p.add_argument("--seed", type=limits.seed_arg, default=0,
+                   help="any integer, reduced to 63 bits (seed mod 2**63); each task's draws are keyed by "
+                        "(seed, task index)")
+    p.add_argument("--max-string", type=int_arg(1, limits.MAX_STRING), default=256,
+                   help=f"byte cap of one argument value (default 256, at most {limits.MAX_STRING})")
+
+
+def _format_arg(p):
+    from .envelope import FORMATS
+    p.add_argument("--format", choices=FORMATS, default="seed",
+                   help='the call\'s envelope: seed {"tool":NAME,"args":{...}} (default) or json '
+                        '{"name":NAME,"arguments":{...}} (the OpenAI/Hermes body)')
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="batchmask", description="Batched grammar-constrained tool calling.")
+    ap = _Parser(prog="batchmask", description="Batched grammar-constrained tool calling.")
     sub = ap.add_subparsers(dest="command", required=True)
 
     g = sub.add_parser("generate", help="one tool call per task, batched")
-    g.add_argument("--tasks", required=True, help="text file (one task per line), JSONL ({\"task\": ...}) or -")
+    g.add_argument("--tasks", required=True,
+                   help="text file (one task per line), JSONL ({\"task\": ..., \"max_new_tokens\": ...} per line) "
+                        "or -; JSONL when the first non-blank line is a JSON object")
+    g.add_argument("--tasks-format", choices=("auto", "text", "jsonl"), default="auto",
+                   help="force reading --tasks as plain lines or as JSONL (default: auto)")
     g.add_argument("--tools", help="tool registry JSON (default: the built-in tools)")
     g.add_argument("--grammar", help="a cache file written by `batchmask compile`")
     _model_args(g)
-    g.add_argument("--temperature", type=float, default=0.0)
-    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--temperature", type=float_arg(0.0, limits.MAX_TEMPERATURE), default=0.0,
+                   help="0 is greedy (default)")
+    g.add_argument("--top-p", type=float_arg(0.0, 1.0, lo_open=True), default=1.0)
     g.add_argument("--no-constrain", action="store_true", help="the free arm: no grammar mask")
+    _format_arg(g)
     g.add_argument("--bytes", action="store_true", help="the seed's byte rule instead of whole UTF-8 characters")
-    g.add_argument("--out", help="JSONL output (default: stdout)")
-    g.add_argument("--resume", action="store_true", help="skip tasks already in --out and append")
+    g.add_argument("--out", help="JSONL output (default: stdout); its settings go to OUT.run.json, and OUT.lock "
+                                 "is held while the run writes")
+    g.add_argument("--resume", action="store_true",
+                   help="skip tasks already in --out and append (refused unless the settings that wrote it match)")
     g.add_argument("--force", action="store_true", help="overwrite an existing --out")
     g.add_argument("--show", action="store_true", help="print each call with every token's legal count")
     g.add_argument("--quiet", action="store_true", help="no progress or summary on stderr")
@@ -332,7 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser("ablate", help="the same model with and without the mask")
     _model_args(a)
-    a.add_argument("--n", type=int, default=30, help="trials per arm (default 30)")
+    a.add_argument("--n", type=int_arg(1, limits.MAX_ABLATE_N), default=30,
+                   help=f"trials per arm (default 30, at most {limits.MAX_ABLATE_N})")
     a.add_argument("--json", help="write per-arm counts as JSON")
     a.set_defaults(func=cmd_ablate, batch_size=30)
 
@@ -341,8 +367,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--tokenizer", help="tokenizer.model, tokenizer.bin, tokenizer.json or a model directory "
                    "(default: the embedded model's)")
     _eos_arg(c)
-    c.add_argument("--max-string", type=int, default=256)
+    c.add_argument("--max-string", type=int_arg(1, limits.MAX_STRING), default=256,
+                   help=f"byte cap of one argument value (default 256, at most {limits.MAX_STRING})")
     c.add_argument("--bytes", action="store_true", help="the seed's byte rule instead of whole UTF-8 characters")
+    _format_arg(c)
     c.add_argument("--device", default="cpu")
     c.add_argument("--out", help="cache file to write")
     c.set_defaults(func=cmd_compile)
@@ -350,11 +378,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one command; returns the exit status (0 done, 2 bad input, 130 interrupted).
+
+    Ctrl-C at any moment ends as 130 without a traceback. As the program (argv None), until generation
+    starts nothing is worth saving, so an interrupt exits at once (see _exit_at_once); from then on it is
+    a KeyboardInterrupt that closes the output, keeping every finished line. Called in-process with an argv,
+    main never touches the signal handlers beyond that: it is always the KeyboardInterrupt.
+    """
+    global _HARD_INTERRUPT
+    current = signal.getsignal(signal.SIGINT)
+    if argv is None and (current is signal.default_int_handler or getattr(current, "batchmask_early", False)):
+        try:
+            signal.signal(signal.SIGINT, _exit_at_once)
+            _HARD_INTERRUPT = True
+        except ValueError:                     # not the main thread: leave the handlers alone
+            pass
     try:
+        args = build_parser().parse_args(argv)
         return args.func(args)
+    except SystemExit as e:                    # argparse: --help (0) or a bad flag (2, its one line printed)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     except KeyboardInterrupt:
-        print("batchmask: interrupted", file=sys.stderr)
+        _quiet_interrupt()
         return 130
     except (ValueError, OSError, RuntimeError) as e:
         if os.environ.get("BATCHMASK_DEBUG"):
@@ -362,6 +407,38 @@ def main(argv=None) -> int:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(f"batchmask: error: {msg}", file=sys.stderr)
         return 2
+
+
+_HARD_INTERRUPT = False
+
+
+def _exit_at_once(signum, frame) -> None:
+    """SIGINT before any result is written: exit now. Raising KeyboardInterrupt here instead could land inside
+    an import (torch, numpy) that swallows it and leaves a half-made module behind, to fail later as some
+    other error with a traceback."""
+    from .runfiles import unlink_held_locks
+    unlink_held_locks()
+    os.write(2, b"batchmask: interrupted\n")
+    os._exit(130)
+
+
+def interrupts_raise() -> None:
+    """From here on (the generation loop) Ctrl-C raises KeyboardInterrupt, so the output is closed cleanly."""
+    if _HARD_INTERRUPT and signal.getsignal(signal.SIGINT) is _exit_at_once:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _quiet_interrupt() -> None:
+    """Say so on stderr; a second Ctrl-C meanwhile must not turn into a traceback."""
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:                         # not the main thread: nothing to guard
+        previous = None
+    try:
+        print("batchmask: interrupted", file=sys.stderr)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 if __name__ == "__main__":

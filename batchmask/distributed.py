@@ -1,4 +1,4 @@
-"""Scale-out with torchrun: shard the tasks across ranks, write one output in input order.
+"""Where a run's results go, on one process or sharded by torchrun: locks, --resume, one output in input order.
 
     torchrun --nproc-per-node N -m batchmask generate --tasks tasks.txt --out calls.jsonl
 
@@ -6,16 +6,28 @@ Rank r takes every N-th task starting at r. While it runs, each rank appends its
 results to its own part file (`calls.jsonl.part<r>`), so a crash keeps what every rank
 finished; at the end rank 0 merges the parts (and, with --resume, what was already in the
 output) into the output file, sorted by task index. NCCL on GPUs, gloo on the CPU.
+
+`Output` is the same sequence of steps on every rank (one process: the same, without the messages):
+
+    open()     rank 0 locks OUT and checks it once, before any rank writes (exists and neither --resume nor
+               --force: refused); then each rank locks its part file
+    plan()     rank 0 reads and checks OUT, its part files and OUT.run.json (read only) -> the finished tasks
+    commit()   rank 0 makes the first change: cuts a torn line, folds leftover part files into OUT (--resume) or
+               removes the old output (--force), and writes OUT.run.json
+    sink()     where this rank's results go;  finish(): rank 0 merges the parts;  close(): locks released
+An error on rank 0 in a step reaches every rank as the same one line.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from . import runfiles
+from .runfiles import FileLock, RunFileError
 
 
 @dataclass
@@ -49,56 +61,176 @@ def teardown() -> None:
         td.destroy_process_group()
 
 
-class Sink:
-    """Where results go: a JSONL file (appended line by line), stdout, or per-rank part files."""
+# --- collective steps -----------------------------------------------------------------------------
+def on_rank0(dist: Dist | None, fn):
+    """fn() on rank 0 (the only process without torchrun); its result, or its error, reaches every rank."""
+    result = error = None
+    if dist is None or dist.rank == 0:
+        try:
+            result = fn()
+        except (ValueError, OSError) as e:
+            if dist is None:
+                raise
+            error = str(e) or type(e).__name__
+    if dist is not None:
+        import torch.distributed as td
+        box = [(result, error)]
+        td.broadcast_object_list(box, src=0)
+        result, error = box[0]
+        if error is not None:
+            raise RunFileError(error)
+    return result
 
-    def __init__(self, out_path: Path | None, dist: Dist | None, append: bool = False):
-        self.out_path, self.dist, self.count, self.append = out_path, dist, 0, append
-        self.held: list[dict] = []          # distributed + stdout: gathered at the end
-        if dist is None:
-            self.fh = open(out_path, "a" if append else "w", encoding="utf-8") if out_path else sys.stdout
-        elif out_path is not None:
-            self.fh = open(self.part_path(dist.rank), "w", encoding="utf-8")
-        else:
-            self.fh = None
+
+def agree(dist: Dist | None, fn):
+    """fn() on every rank; if any rank fails, every rank raises the first rank's error (no rank is left waiting)."""
+    if dist is None:
+        return fn()
+    import torch.distributed as td
+    result = error = None
+    try:
+        result = fn()
+    except (ValueError, OSError, RuntimeError) as e:
+        error = f"rank {dist.rank}: {e}"
+    errors = [None] * dist.world
+    td.all_gather_object(errors, error)
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise RunFileError(first)
+    return result
+
+
+# --- the output of a run --------------------------------------------------------------------------
+class Output:
+    """The --out file of a run (None: stdout) and everything around it; see the module docstring."""
+
+    def __init__(self, out_path: Path | None, dist: Dist | None, resume: bool = False, force: bool = False):
+        self.out_path, self.dist, self.resume, self.force = out_path, dist, resume, force
+        self.locks: list[FileLock] = []
+        self.scans: list[runfiles.ResultScan] = []
+        self.rank0 = dist is None or dist.rank == 0
 
     def part_path(self, rank: int) -> Path:
         return self.out_path.with_name(f"{self.out_path.name}.part{rank}")
+
+    def open(self) -> Output:
+        if self.out_path is None:
+            return self
+        try:
+            on_rank0(self.dist, self._claim)
+            if self.dist is not None:
+                self.locks.append(FileLock(self.part_path(self.dist.rank)).acquire())
+        except BaseException:                  # a refused run lets go of what it took (__exit__ will not run)
+            self.close()
+            raise
+        return self
+
+    def _claim(self) -> None:
+        out = self.out_path
+        if out.is_dir():
+            raise RunFileError(f"--out {out}: is a directory")
+        self.locks.append(FileLock(out).acquire())
+        if self.resume or self.force:
+            return
+        for p in [out, *runfiles.part_files(out)]:
+            if p.exists():
+                raise RunFileError(f"{p} exists; pass --resume to continue it or --force to overwrite")
+
+    def plan(self, settings: dict | None, tasks: list[str]) -> set[int]:
+        """The indices already finished (--resume), after checking every file involved; nothing is changed."""
+        if self.out_path is None or not self.resume:
+            return set()
+        return set(on_rank0(self.dist, lambda: sorted(self._scan(settings, tasks))))
+
+    def _scan(self, settings: dict, tasks: list[str]) -> set[int]:
+        out = self.out_path
+        files = [p for p in [out, *runfiles.part_files(out)] if p.exists()]
+        if files or runfiles.run_file(out).exists():
+            runfiles.check_run_settings(out, settings)
+        self.scans = [runfiles.scan_results(p) for p in files]
+        records = [r for s in self.scans for r in s.records]
+        return runfiles.check_against_tasks(records, tasks, ", ".join(map(str, files)) or str(out))
+
+    def commit(self, settings: dict | None, info: dict) -> None:
+        """The run's first change to the file system (every input has been checked by now)."""
+        if self.out_path is not None:
+            on_rank0(self.dist, lambda: self._commit(settings, info))
+
+    def _commit(self, settings: dict, info: dict) -> None:
+        out = self.out_path
+        if self.resume:
+            parts = [s for s in self.scans if s.path != out]
+            if parts:                                  # leftovers of an interrupted torchrun run: fold them in
+                records = sorted((r for s in self.scans for r in s.records), key=lambda r: r["index"])
+                runfiles.write_records(out, records)
+                for s in parts:
+                    s.path.unlink()
+            else:
+                for s in self.scans:
+                    runfiles.cut_torn_tail(s)
+        else:
+            for p in [out, *runfiles.part_files(out)]:
+                if p.exists():
+                    p.unlink()
+        runfiles.write_run_file(out, settings, info)
+
+    def sink(self) -> Sink:
+        if self.dist is None:
+            return Sink(self.out_path, append=self.resume)
+        return Sink(self.part_path(self.dist.rank) if self.out_path else None, append=False, hold=True)
+
+    def finish(self, sink: Sink) -> None:
+        """Distributed only: every rank has finished; rank 0 writes the one output in input order."""
+        import torch.distributed as td
+        if self.out_path is None:
+            gathered = [None] * self.dist.world
+            td.all_gather_object(gathered, sink.held)
+            if self.rank0:
+                for rec in sorted((r for part in gathered for r in part), key=lambda r: r["index"]):
+                    sys.stdout.write(runfiles.record_line(rec))
+                sys.stdout.flush()
+            return
+        td.barrier()
+        if self.rank0:
+            parts = [self.part_path(r) for r in range(self.dist.world)]
+            records = [r for p in [self.out_path, *parts] for r in runfiles.scan_results(p).records]
+            runfiles.write_records(self.out_path, sorted(records, key=lambda rec: rec["index"]))
+            for p in parts:
+                p.unlink(missing_ok=True)
+        td.barrier()
+
+    def close(self) -> None:
+        for lock in reversed(self.locks):
+            lock.release()
+        self.locks.clear()
+
+    def __enter__(self) -> Output:
+        return self.open()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Sink:
+    """Where one process's results go: a JSONL file (appended and flushed line by line), stdout, or (torchrun
+    without --out) a list gathered at the end."""
+
+    def __init__(self, path: Path | None, append: bool = False, hold: bool = False):
+        self.count = 0
+        self.held: list[dict] = []
+        if path is not None:
+            self.fh = open(path, "a" if append else "w", encoding="utf-8", newline="\n")
+        else:
+            self.fh = None if hold else sys.stdout
 
     def write(self, record: dict) -> None:
         self.count += 1
         if self.fh is None:
             self.held.append(record)
             return
-        self.fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self.fh.write(runfiles.record_line(record))
         self.fh.flush()
 
     def close(self) -> None:
         if self.fh is not None and self.fh is not sys.stdout:
             self.fh.close()
-
-    def merge(self) -> None:
-        """Distributed only: every rank has finished; rank 0 writes the one output in input order."""
-        import torch.distributed as td
-        if self.out_path is None:
-            gathered = [None] * self.dist.world
-            td.all_gather_object(gathered, self.held)
-            if self.dist.rank == 0:
-                for rec in sorted((r for part in gathered for r in part), key=lambda r: r["index"]):
-                    print(json.dumps(rec, ensure_ascii=False))
-            return
-        td.barrier()
-        if self.dist.rank == 0:
-            records = []
-            if self.append and self.out_path.exists():
-                records += [json.loads(ln) for ln in self.out_path.read_text(encoding="utf-8").splitlines() if ln]
-            for r in range(self.dist.world):
-                part = self.part_path(r)
-                records += [json.loads(ln) for ln in part.read_text(encoding="utf-8").splitlines() if ln]
-            records.sort(key=lambda rec: rec["index"])
-            tmp = self.out_path.with_name(self.out_path.name + ".tmp")
-            tmp.write_text("".join(json.dumps(rec, ensure_ascii=False) + "\n" for rec in records), encoding="utf-8")
-            tmp.replace(self.out_path)
-            for r in range(self.dist.world):
-                self.part_path(r).unlink()
-        td.barrier()

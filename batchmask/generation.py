@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from batchmask.models import sampling
 
+from .limits import check_batch_fits, reduce_seed, task_seed
 from .masker import BatchMasker
 from .prompt import parse_call, render_prompt
 from .registry import ToolRegistry
@@ -41,6 +42,7 @@ class GenerationConfig:
     constrain: bool = True
     continuous: bool = True          # False: refill only when the whole batch is done (static batching)
     record_counts: bool = False      # keep each token's legal count (for --show)
+    format: str = "seed"             # the call format results are parsed in (batchmask.envelope)
 
 
 @dataclass
@@ -95,7 +97,8 @@ class BatchGenerator:
     def __init__(self, model, tokenizer, registry: ToolRegistry, grammar=None, config: GenerationConfig | None = None,
                  backend: str = "auto"):
         self.model, self.tokenizer, self.registry = model, tokenizer, registry
-        self.config = config or GenerationConfig()
+        config = config or GenerationConfig()
+        self.config = replace(config, seed=reduce_seed(config.seed))     # any seed, in 63 bits (limits.py)
         c = self.config
         if c.batch_size < 1:
             raise GenerationError(f"batch size must be >= 1, got {c.batch_size}")
@@ -108,6 +111,8 @@ class BatchGenerator:
         self.eos_id = int(tokenizer.eos_id)
         self.seq_len = model.config.seq_len
         B, H = c.batch_size, c.max_new_tokens
+        # refuse a batch whose KV cache and buffers cannot fit before allocating any of it
+        check_batch_fits(model.config, B, H, next(model.parameters()).dtype, self.device)
         model.setup_cache(B)
         self.masker = BatchMasker(self.grammar, B, device=self.device, backend=backend, max_tokens=H + 1) \
             if self.grammar is not None else None
@@ -160,7 +165,7 @@ class BatchGenerator:
         elif not ended:
             cut = True
         text = data.decode("utf-8", errors="replace")
-        call, error = parse_call(text, self.registry)
+        call, error = parse_call(text, self.registry, format=self.config.format)
         counts = self.counts[slot, :n].tolist() if self.config.record_counts else None
         return Result(index, task, text, call, error, n, cut, time.perf_counter() - started, counts, ids, data)
 
@@ -219,7 +224,7 @@ class BatchGenerator:
             self.n_gen[rows] = 0
             self.ended[rows] = False
             self.active[rows] = True
-            self.seeds[rows] = torch.tensor([c.seed * 1_000_003 + indices[next_task + j] for j in range(len(take))],
+            self.seeds[rows] = torch.tensor([task_seed(c.seed, indices[next_task + j]) for j in range(len(take))],
                                             device=self.device)
             if self.masker is not None:
                 self.masker.reset(rows, keys=self.seeds[rows])   # draws keyed by task, not by slot

@@ -207,6 +207,7 @@ def test_cli_resume_skips_finished_tasks_and_mends_a_torn_line(files, tmp_path):
     part = tmp_path / "part.jsonl"
     lines = full.read_text().splitlines(keepends=True)
     part.write_text("".join(lines[:5]) + lines[5][:17])           # a crash mid-line
+    Path(f"{part}.run.json").write_bytes(Path(f"{full}.run.json").read_bytes())   # the settings that wrote it
     assert run_cli(files, "--resume", out=part) == 0
     strip = lambda p: [{k: v for k, v in json.loads(x).items() if k != "seconds"} for x in p.read_text().splitlines()]
     assert strip(part) == strip(full)

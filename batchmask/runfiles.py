@@ -1,0 +1,397 @@
+"""The files of a run: task files in, result JSON Lines out, the run's fingerprint beside them, and locks.
+
+    tasks.txt / tasks.jsonl    one task per line, or one {"task": ..., "max_new_tokens": ...} object per line
+    OUT.jsonl                  one result record per line, in input order (`json.dumps` + "\\n")
+    OUT.jsonl.run.json         the settings that made those results (checked by --resume)
+    OUT.jsonl.lock             held (flock) for the whole run, so two runs never write one file
+
+JSON Lines exactly: lines end with "\\n" and are split on "\\n" only, so strings holding U+2028, U+2029 or
+U+0085 (which `str.splitlines` would also split on) round-trip. Reading never changes a file: `scan_results`
+checks a whole result file first, and only `cut_torn_tail` (after every check passed) drops a torn last line.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class RunFileError(ValueError):
+    """A task, result or run file that cannot be used as it is (the message names file, line and reason)."""
+
+
+# --- JSON Lines -----------------------------------------------------------------------------------
+def record_line(record: dict) -> str:
+    """One result record as one JSON Lines line (UTF-8 kept as is; JSON escapes every control character)."""
+    return json.dumps(record, ensure_ascii=False) + "\n"
+
+
+def split_lines(data: bytes) -> tuple[list[bytes], bytes]:
+    """Complete lines (without their "\\n") and what follows the last "\\n" (b"" when the file ends cleanly)."""
+    parts = data.split(b"\n")
+    return parts[:-1], parts[-1]
+
+
+def _decode(raw: bytes, name: str) -> str:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise RunFileError(f"{name} line {line}: not UTF-8 (byte 0x{raw[e.start]:02x} at offset {e.start})") from None
+    return text.removeprefix("\ufeff")          # a UTF-8 byte order mark (Windows editors) is not content
+
+
+# --- task files -----------------------------------------------------------------------------------
+TASK_FORMATS = ("auto", "text", "jsonl")
+MAX_TASK_TOKENS = 1 << 31                       # sanity cap of a JSONL "max_new_tokens"; the model's context
+                                                # is checked once it is loaded (check_task_limits)
+
+
+@dataclass
+class TaskFile:
+    """The tasks of a run, in order; `limits[i]` is task i's own token ceiling (None: the command's)."""
+    name: str
+    format: str                                  # "text" or "jsonl"
+    tasks: list[str]
+    limits: list[int | None]
+    lines: list[int]                             # the line each task came from (for error messages)
+
+    def key(self) -> str:
+        """sha256 of the tasks and their ceilings, in order (what the results depend on, not the file's form)."""
+        blob = json.dumps([[t, n] for t, n in zip(self.tasks, self.limits)], ensure_ascii=False)
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+    def check_limits(self, ceiling: int, what: str) -> None:
+        """Refuse a task's max_new_tokens above `ceiling` (the model's context, named by `what`)."""
+        for limit, line in zip(self.limits, self.lines):
+            if limit is not None and limit > ceiling:
+                raise RunFileError(f"{self.name} line {line}: \"max_new_tokens\" {limit} is above {what} ({ceiling})")
+
+
+def _json_object(line: str):
+    try:
+        obj = json.loads(line)
+    except (json.JSONDecodeError, RecursionError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def read_tasks(path: str, fmt: str = "auto") -> TaskFile:
+    """Read a task file ('-' is stdin). fmt "auto": JSONL when the first non-blank line is a JSON object, and
+    then every non-blank line must be one; otherwise one task per line. "text"/"jsonl" force either."""
+    if fmt not in TASK_FORMATS:
+        raise RunFileError(f"--tasks-format {fmt}: expected one of {', '.join(TASK_FORMATS)}")
+    if path == "-":
+        raw, name = sys.stdin.buffer.read(), "<stdin>"
+    else:
+        p = Path(path)
+        if not p.exists():
+            raise RunFileError(f"tasks file not found: {p}")
+        if p.is_dir():
+            raise RunFileError(f"{p}: is a directory, not a tasks file")
+        try:
+            raw = p.read_bytes()
+        except OSError as e:
+            raise RunFileError(f"{p}: cannot read tasks file: {e.strerror or e}") from None
+        name = str(p)
+    text = _decode(raw, name)
+    # "\n" only: a task may hold U+2028 or U+0085; a "\r" before the "\n" (CRLF files) is dropped
+    lines = [(n, ln.removesuffix("\r")) for n, ln in enumerate(text.split("\n"), 1)]
+    lines = [(n, ln) for n, ln in lines if ln.strip()]
+    if not lines:
+        raise RunFileError(f"{name}: no tasks (the file is empty)")
+    if fmt == "auto":
+        fmt = "jsonl" if _json_object(lines[0][1]) is not None else "text"
+        if fmt == "text":
+            # a JSONL file whose first line is broken must not silently become plain tasks
+            for n, ln in lines[1:]:
+                obj = _json_object(ln)
+                if obj is not None and "task" in obj:
+                    raise RunFileError(f"{name} line {lines[0][0]}: not a JSON object, but line {n} is a JSONL task; "
+                                       f"fix the line or pass --tasks-format text|jsonl")
+    if fmt == "text":
+        return TaskFile(name, "text", [ln.strip() for _, ln in lines], [None] * len(lines), [n for n, _ in lines])
+    tasks, limits = [], []
+    for n, ln in lines:
+        try:
+            obj = json.loads(ln)
+        except json.JSONDecodeError as e:
+            raise RunFileError(f"{name} line {n}: not valid JSON ({e.msg} at column {e.colno})") from None
+        except RecursionError:
+            raise RunFileError(f"{name} line {n}: JSON nested too deeply") from None
+        if not isinstance(obj, dict):
+            raise RunFileError(f"{name} line {n}: expected a JSON object, got {type(obj).__name__}")
+        task = obj.get("task")
+        if not isinstance(task, str) or not task.strip():
+            raise RunFileError(f"{name} line {n}: expected a non-empty string \"task\", got {task!r:.60}")
+        limit = obj.get("max_new_tokens")
+        if limit is not None and (type(limit) is not int or not 1 <= limit <= MAX_TASK_TOKENS):
+            raise RunFileError(f"{name} line {n}: \"max_new_tokens\" must be a positive integer, got {limit!r:.40}")
+        tasks.append(task)
+        limits.append(limit)
+    return TaskFile(name, "jsonl", tasks, limits, [n for n, _ in lines])
+
+
+# --- result files ---------------------------------------------------------------------------------
+# The fields every batchmask result record has, with their JSON types (records may carry more).
+RESULT_FIELDS = {"index": (int,), "task": (str,), "text": (str,), "call": (dict, type(None)),
+                 "error": (str, type(None)), "tokens": (int,), "cut": (bool,)}
+_RECORD_START = b'{"index": '                   # how record_line() begins every record
+
+
+def check_record(obj, where: str) -> dict:
+    """`obj` if it is a batchmask result record, else RunFileError naming `where` and the reason."""
+    if not isinstance(obj, dict):
+        raise RunFileError(f"{where}: not a batchmask result record (a JSON {type(obj).__name__})")
+    for key, types in RESULT_FIELDS.items():
+        if key not in obj:
+            raise RunFileError(f"{where}: not a batchmask result record (no \"{key}\")")
+        value = obj[key]
+        if not isinstance(value, types) or (types == (int,) and isinstance(value, bool)):
+            raise RunFileError(f"{where}: not a batchmask result record (\"{key}\" is {type(value).__name__})")
+    if obj["index"] < 0:
+        raise RunFileError(f"{where}: not a batchmask result record (index {obj['index']})")
+    return obj
+
+
+@dataclass
+class ResultScan:
+    """A result file read and checked, not changed: its records and how many bytes to keep."""
+    path: Path
+    records: list[dict] = field(default_factory=list)
+    keep: int = 0                                # bytes of complete records (the file is cut here if torn)
+    size: int = 0                                # the file's size when read
+
+    @property
+    def torn(self) -> bool:
+        return self.keep != self.size
+
+
+def scan_results(path: Path) -> ResultScan:
+    """Read a whole result file and check every line (a missing file holds no records).
+
+    Refuses (RunFileError, the file untouched) anything but result records; a last line without its "\\n"
+    is a torn write only if it starts like a record, and then it is reported for `cut_torn_tail`.
+    """
+    path = Path(path)
+    scan = ResultScan(path)
+    if not path.exists():
+        return scan
+    if not path.is_file():
+        raise RunFileError(f"{path}: not a regular file; cannot --resume from it")
+    data = path.read_bytes()
+    scan.size = len(data)
+    complete, tail = split_lines(data)
+    for n, raw in enumerate(complete, 1):
+        where = f"{path} line {n}"
+        try:
+            obj = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise RunFileError(f"{where}: not UTF-8; not a batchmask result file, cannot --resume from it") from None
+        except (json.JSONDecodeError, RecursionError):
+            raise RunFileError(f"{where}: not JSON; not a batchmask result file, cannot --resume from it") from None
+        scan.records.append(check_record(obj, where))
+    if tail and not (tail.startswith(_RECORD_START) or _RECORD_START.startswith(tail)):
+        raise RunFileError(f"{path} line {len(complete) + 1}: not a batchmask result record (and no final newline); "
+                           f"cannot --resume from it")
+    scan.keep = len(data) - len(tail)
+    return scan
+
+
+def check_against_tasks(records: list[dict], tasks: list[str], where: str) -> set[int]:
+    """The task indices these records finish; refuses an index out of range, twice, or for another task."""
+    done: set[int] = set()
+    for rec in records:
+        i = rec["index"]
+        if i >= len(tasks):
+            raise RunFileError(f"{where}: result for task {i}, but the tasks file has {len(tasks)} tasks")
+        if i in done:
+            raise RunFileError(f"{where}: two results for task {i} (mixed runs?); cannot --resume from it")
+        if rec["task"] != tasks[i]:
+            raise RunFileError(f"{where}: the result for task {i} is for {rec['task'][:40]!r}, but task {i} is now "
+                               f"{tasks[i][:40]!r}")
+        done.add(i)
+    return done
+
+
+def cut_torn_tail(scan: ResultScan) -> None:
+    """Drop the torn last line found by `scan_results` (only if the file is still the size it was read at)."""
+    if not scan.torn:
+        return
+    with open(scan.path, "r+b") as fh:
+        if os.fstat(fh.fileno()).st_size != scan.size:
+            raise RunFileError(f"{scan.path}: changed while it was being checked; not touching it")
+        fh.truncate(scan.keep)
+
+
+def write_records(path: Path, records: list[dict]) -> None:
+    """Write `records` as the whole of `path`, atomically (a temporary file beside it, then rename)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+        fh.writelines(record_line(r) for r in records)
+        fh.flush()
+        os.fsync(fh.fileno())
+    tmp.replace(path)
+
+
+def part_files(out: Path) -> list[Path]:
+    """Per-rank part files of `out` (OUT.part<r>) left by a torchrun run, in rank order."""
+    prefix = out.name + ".part"
+    found = [p for p in out.parent.glob(glob_escape(prefix) + "*") if p.name[len(prefix):].isdigit()]
+    return sorted(found, key=lambda p: int(p.name[len(prefix):]))
+
+
+def glob_escape(name: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
+
+
+# --- the run's fingerprint ------------------------------------------------------------------------
+RUN_FORMAT = "batchmask-run-v1"
+FULL_HASH_MAX = 1 << 30          # files up to 1 GiB are hashed whole; larger ones by size + 64 spread 1 MiB blocks
+_BLOCK, _BLOCKS = 1 << 20, 64
+
+
+def run_file(out: Path) -> Path:
+    return out.with_name(out.name + ".run.json")
+
+
+def file_identity(path) -> str:
+    """A content hash of a file (or of a directory's files, names included): "sha256:<hex>"."""
+    p = Path(path)
+    h = hashlib.sha256()
+    if p.is_dir():
+        for f in sorted(q for q in p.rglob("*") if q.is_file()):
+            h.update(f.relative_to(p).as_posix().encode() + b"\0" + _file_hash(f).encode() + b"\0")
+        return "sha256:" + h.hexdigest()
+    return "sha256:" + _file_hash(p)
+
+
+def _file_hash(p: Path) -> str:
+    size = p.stat().st_size
+    h = hashlib.sha256(size.to_bytes(8, "little"))
+    with open(p, "rb") as fh:
+        if size <= FULL_HASH_MAX:
+            while chunk := fh.read(1 << 24):
+                h.update(chunk)
+        else:   # multi-GB weights: header, tail and blocks spread over the file (a retrained model differs in all)
+            for k in range(_BLOCKS):
+                fh.seek((size - _BLOCK) * k // (_BLOCKS - 1))
+                h.update(fh.read(_BLOCK))
+    return h.hexdigest()
+
+
+def write_run_file(out: Path, settings: dict, info: dict) -> None:
+    """OUT.run.json: the result-changing `settings` (compared by --resume) and `info` (shown, never compared)."""
+    path = run_file(out)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"format": RUN_FORMAT, "settings": settings, "info": info}, indent=1,
+                              ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def read_run_settings(out: Path) -> dict | None:
+    """The settings stored beside `out`, None if there is no run file."""
+    path = run_file(out)
+    if not path.exists():
+        return None
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise RunFileError(f"{path}: not a batchmask run file ({e})") from None
+    if not isinstance(obj, dict) or obj.get("format") != RUN_FORMAT or not isinstance(obj.get("settings"), dict):
+        raise RunFileError(f"{path}: not a batchmask run file (expected format {RUN_FORMAT!r})")
+    return obj["settings"]
+
+
+def setting_differences(old: dict, new: dict) -> list[str]:
+    """One phrase per setting that differs: 'seed 1 -> 2'."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key, "(unset)"), new.get(key, "(unset)")
+        if a != b:
+            short = lambda v: (v[:19] + "...") if isinstance(v, str) and v.startswith("sha256:") else json.dumps(v)
+            out.append(f"{key} {short(a)} -> {short(b)}")
+    return out
+
+
+def check_run_settings(out: Path, settings: dict) -> None:
+    """--resume: refuse unless OUT.run.json holds exactly these settings (naming every difference)."""
+    old = read_run_settings(out)
+    if old is None:
+        raise RunFileError(f"{run_file(out)} is missing, so the settings that wrote {out} are unknown; "
+                           f"cannot --resume (rerun with --force to start over)")
+    diff = setting_differences(old, settings)
+    if diff:
+        raise RunFileError(f"{out} was written with other settings ({'; '.join(diff)}); --resume needs the same "
+                           f"settings (or --force to start over)")
+
+
+# --- locks ----------------------------------------------------------------------------------------
+_HELD: set[Path] = set()                         # lock files this process holds (for unlink_held_locks)
+
+
+def unlink_held_locks() -> None:
+    """Remove the lock files this process holds (an exit at once; the kernel drops the locks themselves)."""
+    for path in list(_HELD):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+class FileLock:
+    """An exclusive, non-blocking flock on PATH.lock, held until release(); a second holder is refused at once."""
+
+    def __init__(self, target: Path):
+        self.target = Path(target)
+        self.path = self.target.with_name(self.target.name + ".lock")
+        self.fd: int | None = None
+
+    def acquire(self) -> FileLock:
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise RunFileError(f"{self.path}: cannot create the lock file ({e.strerror})") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                os.close(fd)
+                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise RunFileError(f"{self.target} is in use by another batchmask run (lock {self.path} is "
+                                       f"held); wait for it to finish or use another --out") from None
+                raise RunFileError(f"{self.path}: cannot lock ({e.strerror})") from None
+            # the holder before us may have unlinked the file between our open and our flock: then retry
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                self.fd = fd
+                _HELD.add(self.path)
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{os.getpid()}\n".encode())     # who holds it, for a curious user
+                return self
+            os.close(fd)
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        _HELD.discard(self.path)
+        try:
+            os.unlink(self.path)                # while still held, so no one can be locking this inode
+        except FileNotFoundError:
+            pass
+        os.close(self.fd)
+        self.fd = None
+
+    def __enter__(self) -> FileLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
