@@ -3,6 +3,7 @@
 import ast
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -16,12 +17,14 @@ TASKS = ROOT / "examples" / "tasks.txt"
 INSTALLS_AS = {"batchmask": "batchmask", "kernels": "batchmask/kernels", "models": "batchmask/models"}
 
 
-def tracked(folder: str) -> list[str]:
-    """The repository's tracked files under `folder` (what a fresh clone has), relative to the root."""
-    out = subprocess.run(["git", "ls-files", folder], cwd=ROOT, capture_output=True, text=True)
+def project_files(folder: str = ".") -> list[str]:
+    """The project's files under `folder`, relative to the root: tracked ones and new ones git does not ignore
+    (what a commit of the working tree holds), that exist."""
+    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", folder], cwd=ROOT,
+                         capture_output=True, text=True)
     if out.returncode != 0:
         pytest.skip("not a git checkout: cannot tell which files are the project's")
-    return out.stdout.split()
+    return [f for f in out.stdout.split("\0") if f and (ROOT / f).is_file()]
 
 
 def user_packages(tmp: Path) -> Path:
@@ -68,9 +71,17 @@ def test_models_and_kernels_import_no_recipe_and_models_nothing_of_the_grammar_s
 # --- the wheel --------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    """The wheel `pip wheel .` builds (without build isolation: the test needs no network)."""
-    out = tmp_path_factory.mktemp("wheel")
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation",
+    """The wheel `pip wheel .` builds from the project's files (without build isolation: no network needed).
+
+    Built from a copy of what a commit would hold (tracked and new unignored files), so no build/ folder is
+    left in the checkout and none left there by an earlier build (setuptools reuses build/lib, stale files
+    included) can leak into this wheel.
+    """
+    src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("wheel")
+    for f in project_files():
+        (src / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / f, src / f)
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation",
                            "-q", "-w", str(out)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     (whl,) = out.glob("batchmask-*.whl")
@@ -81,12 +92,12 @@ def test_wheel_holds_one_top_level_package_with_everything_it_needs(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
     assert top == {"batchmask"}
-    # every tracked module of the three folders, at its import path; no recipe, no test
+    # every module of the three folders, at its import path; no recipe, no test
     for folder, target in INSTALLS_AS.items():
-        for f in tracked(folder):
+        for f in project_files(folder):
             if f.endswith(".py"):
                 assert f"{target}/{f[len(folder) + 1:]}" in names, f
-    for f in tracked("models/default"):
+    for f in project_files("models/default"):
         assert f"batchmask/models/default/{Path(f).name}" in names, f
     assert "batchmask/py.typed" in names
     assert not [n for n in names if n.startswith(("recipes", "tests", "batchmask/recipes"))]
