@@ -65,7 +65,7 @@ def hf_directory(path) -> Path | None:
         return None
     with open(p, "rb") as f:
         head = f.read(9)
-    if head[:1] == b"{":
+    if head[:1] == b"{" and p.stat().st_size < 64 << 20:  # config.json / the index: small JSON files
         try:
             json.loads(p.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError):
