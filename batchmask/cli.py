@@ -12,12 +12,12 @@ import argparse
 import importlib.util
 import json
 import os
-import signal
 import sys
 import time
 from pathlib import Path
 
-from . import limits
+from . import interrupts, limits
+from .fingerprint import run_settings
 from .limits import float_arg, int_arg
 
 # The embedded model ships inside batchmask.models (the repository's models/default/): found through the
@@ -103,40 +103,6 @@ def load_grammar(args, registry, tokenizer, device):
                                device=device)
 
 
-# --- the run's fingerprint ----------------------------------------------------------------------
-# `generate --resume` refuses to continue an output written with other settings. Every flag of `generate`
-# counts as result-changing, as given, unless it is named here: a flag added later is fingerprinted with no
-# further work. Name a new flag in NOT_RESULT_FLAGS only if no result can depend on it; in FILE_FLAGS if its
-# value is a path (then the file's content counts, not its name).
-NOT_RESULT_FLAGS = {"command", "func", "batch_size", "out", "resume", "force", "show", "quiet", "tasks_format"}
-FILE_FLAGS = {"tools", "grammar"}
-_DERIVED = {"tasks", "checkpoint", "tokenizer", "device", "dtype", "max_new_tokens", "seed"}  # see run_settings
-
-
-def run_settings(args, taskfile, checkpoint: Path, tokenizer_path: Path, device, dtype, max_new_tokens: int) -> dict:
-    """The one dict of everything the results depend on (stored in OUT.run.json, compared by --resume)."""
-    from .runfiles import file_identity
-    settings = {}
-    for name, value in vars(args).items():
-        if name in NOT_RESULT_FLAGS or name in _DERIVED or value is None:
-            continue
-        if name in FILE_FLAGS:
-            value = file_identity(value)
-        settings[name] = value if isinstance(value, (str, int, float, bool)) else str(value)
-    settings.update({
-        "tasks": f"{len(taskfile.tasks)} tasks, sha256:{taskfile.key()}",
-        "checkpoint": file_identity(checkpoint),
-        "tokenizer": file_identity(tokenizer_path),
-        "device": device.type,                      # cpu and cuda kernels round differently; cuda:0 vs :1 do not
-        "dtype": str(dtype).removeprefix("torch."),
-        "max_new_tokens": max_new_tokens,
-        "seed": args.seed,                          # already reduced to 63 bits by its parser
-    })
-    if args.tools is None:
-        settings["tools"] = "built-in"
-    return dict(sorted(settings.items()))
-
-
 def _max_new_tokens(value: int | None, context: int) -> int:
     """--max-new-tokens as given (refused above the model's context), or the default capped by the context."""
     if value is None:
@@ -184,7 +150,7 @@ def _generate(args, dist, taskfile, output) -> int:
     settings = info = None
     if output.out_path is not None and output.rank0:
         checkpoint, tokenizer_path = resolve_model_paths(args.checkpoint, args.tokenizer)
-        settings = run_settings(args, taskfile, checkpoint, tokenizer_path, device, dtype, max_new)
+        settings = run_settings(args, taskfile, checkpoint, tokenizer_path, device, dtype, max_new)  # fingerprint.py
         info = {"batchmask": __version__, "tasks": str(taskfile.name), "checkpoint": str(checkpoint),
                 "tokenizer": str(tokenizer_path), "tools": args.tools, "batch_size": args.batch_size,
                 "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -215,7 +181,7 @@ def _generate(args, dist, taskfile, output) -> int:
             show_call(res, tokenizer)
 
     t0 = time.perf_counter()
-    interrupts_raise()
+    interrupts.raise_from_now_on()
     try:
         stats = gen.run([tasks[i] for i in todo], indices=todo, on_result=on_result, on_progress=progress,
                         limits=limits)
@@ -281,6 +247,10 @@ def cmd_compile(args) -> int:
 
 
 # --- argument parsing ---------------------------------------------------------------------------
+# A new `generate` flag is part of the run's fingerprint (--resume) as given, with no further work; name it in
+# batchmask/fingerprint.py: NOT_RESULT_FLAGS if no result can depend on it, FILE_FLAGS if its value is a path.
+# Numbers: type=int_arg(lo, hi) / float_arg(lo, hi) (batchmask/limits.py) refuse 1e20, nan and out-of-range
+# values in one line.
 DEFAULT_MAX_NEW_TOKENS = 160
 
 
@@ -380,26 +350,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     """Run one command; returns the exit status (0 done, 2 bad input, 130 interrupted).
 
-    Ctrl-C at any moment ends as 130 without a traceback. As the program (argv None), until generation
-    starts nothing is worth saving, so an interrupt exits at once (see _exit_at_once); from then on it is
-    a KeyboardInterrupt that closes the output, keeping every finished line. Called in-process with an argv,
-    main never touches the signal handlers beyond that: it is always the KeyboardInterrupt.
+    Ctrl-C at any moment ends as 130 without a traceback (batchmask/interrupts.py).
     """
-    global _HARD_INTERRUPT
-    current = signal.getsignal(signal.SIGINT)
-    if argv is None and (current is signal.default_int_handler or getattr(current, "batchmask_early", False)):
-        try:
-            signal.signal(signal.SIGINT, _exit_at_once)
-            _HARD_INTERRUPT = True
-        except ValueError:                     # not the main thread: leave the handlers alone
-            pass
+    if argv is None:
+        interrupts.install_for_program()
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)
     except SystemExit as e:                    # argparse: --help (0) or a bad flag (2, its one line printed)
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     except KeyboardInterrupt:
-        _quiet_interrupt()
+        interrupts.say_interrupted()
         return 130
     except (ValueError, OSError, RuntimeError) as e:
         if os.environ.get("BATCHMASK_DEBUG"):
@@ -407,38 +368,6 @@ def main(argv=None) -> int:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(f"batchmask: error: {msg}", file=sys.stderr)
         return 2
-
-
-_HARD_INTERRUPT = False
-
-
-def _exit_at_once(signum, frame) -> None:
-    """SIGINT before any result is written: exit now. Raising KeyboardInterrupt here instead could land inside
-    an import (torch, numpy) that swallows it and leaves a half-made module behind, to fail later as some
-    other error with a traceback."""
-    from .runfiles import unlink_held_locks
-    unlink_held_locks()
-    os.write(2, b"batchmask: interrupted\n")
-    os._exit(130)
-
-
-def interrupts_raise() -> None:
-    """From here on (the generation loop) Ctrl-C raises KeyboardInterrupt, so the output is closed cleanly."""
-    if _HARD_INTERRUPT and signal.getsignal(signal.SIGINT) is _exit_at_once:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-def _quiet_interrupt() -> None:
-    """Say so on stderr; a second Ctrl-C meanwhile must not turn into a traceback."""
-    try:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    except ValueError:                         # not the main thread: nothing to guard
-        previous = None
-    try:
-        print("batchmask: interrupted", file=sys.stderr)
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
 
 
 if __name__ == "__main__":

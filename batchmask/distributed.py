@@ -129,6 +129,8 @@ class Output:
         out = self.out_path
         if out.is_dir():
             raise RunFileError(f"--out {out}: is a directory")
+        if not out.parent.is_dir():
+            raise RunFileError(f"--out {out}: the directory {out.parent} does not exist")
         self.locks.append(FileLock(out).acquire())
         if self.resume or self.force:
             return

@@ -183,6 +183,8 @@ def test_resume_refuses_duplicate_or_foreign_records(files, full, tmp_path, caps
     (["--tools", "@tools.json"], "tools"),
     (["--tasks", "@other.txt"], "tasks"),
     (["--max-new-tokens", "17"], "max_new_tokens"),
+    (["--format", "json"], "format"),                      # flags other helpers added are fingerprinted too
+    (["--max-context", "300"], "max_context"),
 ])
 def test_resume_refuses_other_settings_naming_what_differs(files, full, tmp_path, capsys, change, names):
     (files / "other.txt").write_text("".join(f"compute {i} plus {i}\n" for i in range(11)))
@@ -281,6 +283,16 @@ def test_ablate_and_compile_numbers_are_bounded(capsys, argv, match):
     t = time.perf_counter()
     assert main(argv) == 2
     assert match in one_error(capsys) and time.perf_counter() - t < 5
+
+
+def test_output_in_a_missing_directory_or_a_directory_is_one_line(files, tmp_path, capsys):
+    assert main(gen_args(files, tmp_path / "nowhere" / "o.jsonl")) == 2
+    assert "does not exist" in one_error(capsys)
+    assert main(gen_args(files, tmp_path)) == 2
+    assert "is a directory" in one_error(capsys)
+    assert main(gen_args(files, tmp_path / "o.jsonl", "--resume", "--force")) == 2
+    assert "pick one" in one_error(capsys)
+    assert not list(tmp_path.iterdir())
 
 
 def test_jsonl_max_new_tokens_above_the_context_names_the_line(files, tmp_path, capsys):
