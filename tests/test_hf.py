@@ -101,8 +101,9 @@ def test_files_are_what_the_case_says(written):
     classic = json.loads((written("llama-gqa-llama3-classic")[0] / "config.json").read_text())
     assert "rope_parameters" not in classic and classic["rope_scaling"]["rope_type"] == "llama3"
     assert "torch_dtype" in classic and "dtype" not in classic
-    assert HFCheckpoint(written("llama-gqa-untied-llama3")[0]).config == HFCheckpoint(
-        written("llama-gqa-llama3-classic")[0]).config
+    new, old = HFCheckpoint(written("llama-gqa-untied-llama3")[0]), HFCheckpoint(written("llama-gqa-llama3-classic")[0])
+    assert new.config == old.config and new.info == old.info
+    assert (new.info.dtype, HFCheckpoint(bf16).info.dtype) == ("float32", "bfloat16")
 
 
 def test_max_context_caps_the_context_and_the_cache(written):
