@@ -18,7 +18,8 @@ from dataclasses import replace
 from .grammar import Node
 from .schema_base import ANNOTATIONS, CONTAINERS, KEYWORDS, SUPPORTED, TYPES, Ctx, Empty, SchemaError, SchemaOptions
 from .schema_base import ptr as jp
-from .schema_nodes import alt, lit, node_accepts
+from .schema_nodes import alt, lit, node_accepts, seq
+from .schema_strings import char_node, must_escape
 from .schema_types import TYPE_BUILDERS, bounds
 from .schema_values import check_disjoint, check_value, exact_number, has_type, json_equal, json_literal, json_type
 
@@ -115,7 +116,20 @@ def _literals(schema: dict, ptr: str, ctx: Ctx) -> Node:
         kept.append(v)
     if not kept:
         raise Empty(jp(ptr, key), f"no value of {key!r} satisfies the rest of the schema")
-    return alt(*(lit(json_literal(v, (ctx.item_sep.decode(), ctx.key_sep.decode()))) for v in kept))
+    return alt(*(_literal_node(v, ctx) for v in kept))
+
+
+def _literal_node(value, ctx: Ctx) -> Node:
+    """A const/enum value. A string may write each character that must be escaped in any of the forms
+    JsonStr writes (\\n or \\u000a/\\u000A): the same value, so as valid (and as llguidance reads it);
+    values inside arrays and objects are written one way, json_literal's."""
+    if not isinstance(value, str):
+        return lit(json_literal(value, (ctx.item_sep.decode(), ctx.key_sep.decode())))
+    parts = [lit(b'"')]
+    for ch in value:
+        parts.append(char_node([(ord(ch), ord(ch))]) if must_escape(ord(ch)) else lit(ch.encode("utf-8")))
+    parts.append(lit(b'"'))
+    return seq(*parts)
 
 
 def _satisfies(rest: dict, value, ptr: str, ctx: Ctx) -> bool:

@@ -9,8 +9,9 @@ integer N = value * 10^k, so "lo <= value <= hi" is "ceil(lo * 10^k) <= N <= flo
 range of integers rendered with a point k digits from the right; the language is the union over
 k = 0 .. fraction_digits. Without any bound a number is JSON's number syntax within the caps.
 
-Minus zero: an integer range that holds 0 and a negative value also admits "-0" (JSON allows it and
-jsonschema reads it as 0; llguidance does the same); bounded numbers never write "-0", "-0.0", ...
+Minus zero (JSON allows it; jsonschema reads it as 0), as llguidance writes it: an integer schema with
+both bounds or neither admits "-0" when its range holds 0 and a negative value; one with a single bound
+never does; bounded numbers never write "-0", "-0.0", ...; unbounded numbers follow JSON's syntax.
 """
 from __future__ import annotations
 
@@ -46,14 +47,14 @@ def nat_range(lo: int, hi: int) -> Node | None:
     return alt(*parts)
 
 
-def int_range(lo: int, hi: int) -> Node | None:
-    """Integers lo..hi; "-0" too when lo < 0 <= hi (see the module docstring)."""
+def int_range(lo: int, hi: int, minus_zero: bool = True) -> Node | None:
+    """Integers lo..hi; with minus_zero, "-0" too when lo < 0 <= hi (see the module docstring)."""
     if lo > hi:
         return None
     parts = []
     if lo < 0:
         neg = nat_range(max(1, -hi), -lo)
-        parts.append(seq(lit(b"-"), alt(neg, lit(b"0")) if hi >= 0 else neg))
+        parts.append(seq(lit(b"-"), alt(neg, lit(b"0")) if hi >= 0 and minus_zero else neg))
     if hi >= 0:
         parts.append(nat_range(max(0, lo), hi))
     return alt(*parts)
@@ -105,7 +106,7 @@ def _scaled_bounds(low: Bound | None, high: Bound | None, k: int, int_digits: in
 def integer_node(low: Bound | None, high: Bound | None, int_digits: int) -> Node | None:
     """Integers within the bounds; an absent side reaches int_digits digits. None when empty."""
     a, b = _scaled_bounds(low, high, 0, int_digits)
-    return int_range(a, b)
+    return int_range(a, b, minus_zero=(low is None) == (high is None))
 
 
 def number_node(low: Bound | None, high: Bound | None, int_digits: int, fraction_digits: int,

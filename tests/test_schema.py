@@ -171,10 +171,11 @@ def test_integer_ranges_are_exact(lo, hi, lo_ex, hi_ex, data):
             assert not matches(rx, str(v).encode())          # beyond the digit cap of an unbounded side
             continue
         assert matches(rx, str(v).encode()) == valid(schema, v), (schema, v)
-    # Never a leading zero; "-0" exactly when the range holds 0 and a negative value (documented).
+    # Never a leading zero; "-0" when the range holds 0 and a negative value, and the schema has both
+    # bounds or neither (documented; llguidance's rule).
     assert not matches(rx, b"01") and not matches(rx, b"-01") and not matches(rx, b"1.0")
     has0, has_neg = valid(schema, 0), valid(schema, -1)
-    assert matches(rx, b"-0") == (has0 and has_neg)
+    assert matches(rx, b"-0") == (has0 and has_neg and (lo is None) == (hi is None))
 
 
 def decimal_strings():
@@ -311,6 +312,10 @@ def test_enum_iff(values, probe):
     rx = compile_regex(schema_node(schema))
     for v in values + [probe]:
         assert matches(rx, json_literal(v)) == valid(schema, v), v
+        if isinstance(v, str):          # a string value may write its escapes as \u00XX too: the same value
+            spelled = "".join("\\u%04X" % ord(c) if ord(c) < 0x20 or c == "\x7f" else json.dumps(c, ensure_ascii=False)[1:-1]
+                              for c in v)
+            assert matches(rx, ('"' + spelled + '"').encode()) == valid(schema, v), spelled
 
 
 def test_json_literal_matches_json_dumps():
