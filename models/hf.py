@@ -99,7 +99,7 @@ def resolve_checkpoint(spec) -> Path:
     except RepositoryNotFoundError:
         raise CheckpointError(spec, "checkpoint", "a model repository on the Hugging Face hub",
                               "no such repository (or it is gated/private)") from None
-    except (OSError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 -- any other failure of the hub client (network, proxy) is one line
         raise CheckpointError(spec, "checkpoint", "a downloadable hub model",
                               str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__) from None
 
