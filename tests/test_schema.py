@@ -313,8 +313,8 @@ def test_enum_iff(values, probe):
     for v in values + [probe]:
         assert matches(rx, json_literal(v)) == valid(schema, v), v
         if isinstance(v, str):          # a string value may write its escapes as \u00XX too: the same value
-            spelled = "".join("\\u%04X" % ord(c) if ord(c) < 0x20 or c == "\x7f" else json.dumps(c, ensure_ascii=False)[1:-1]
-                              for c in v)
+            spelled = "".join("\\u%04X" % ord(c) if ord(c) < 0x20 or c == "\x7f"
+                              else json.dumps(c, ensure_ascii=False)[1:-1] for c in v)
             assert matches(rx, ('"' + spelled + '"').encode()) == valid(schema, v), spelled
 
 
