@@ -204,6 +204,7 @@ class Transformer(CudaGraphDecode, nn.Module):
         check_fits(f"the KV cache for batch {batch_size} x context {c.seq_len} ({c.n_layers} layers x {c.n_kv_heads} "
                    f"kv heads x {c.head_dim}, {str(dtype).removeprefix('torch.')})", need, device,
                    "lower the batch size or the context (--batch-size, --max-context)")
+        self.cache_bytes = need  # for reports: K and V together
         self.k_cache = torch.zeros(shape, device=device, dtype=dtype)
         self.v_cache = torch.zeros(shape, device=device, dtype=dtype)
         self.pos = torch.zeros(batch_size, dtype=torch.long, device=device)  # [B]

@@ -112,7 +112,7 @@ def test_max_context_caps_the_context_and_the_cache(written):
     c = model.config
     assert c.seq_len == 50 and c.head_dim == 24
     model.setup_cache(3)
-    assert model.k_cache.nbytes + model.v_cache.nbytes == kv_cache_bytes(c, 3, 50, torch.float32)
+    assert model.k_cache.nbytes + model.v_cache.nbytes == kv_cache_bytes(c, 3, 50, torch.float32) == model.cache_bytes
     assert kv_cache_bytes(c, 3, 50, torch.bfloat16) * 2 == kv_cache_bytes(c, 3, 50, torch.float32)
     with pytest.raises(ContextOverflowError):
         model.prefill(torch.tensor([0]), tokens(51, rows=1), torch.tensor([51]))
