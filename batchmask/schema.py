@@ -133,18 +133,26 @@ def _literal_node(value, ctx: Ctx) -> Node:
 
 
 def _satisfies(rest: dict, value, ptr: str, ctx: Ctx) -> bool:
-    """Does `value` meet the sibling keywords of an enum/const? Bounds are checked on the number itself;
-    everything else by matching its literal against the siblings' node, built with the caps lifted."""
-    t = json_type(value)
-    if t in ("integer", "number") and not (set(rest) - {"type"} - KEYWORDS["number"]):
-        low, high = bounds(rest, ptr, ctx)
+    """Does `value` meet the sibling keywords of an enum/const that apply to its type (maxLength says
+    nothing of a number)? Bounds are checked on the number itself; the rest by matching its literal
+    against the node of those keywords, built with the caps lifted; arrays and objects are refused."""
+    kind = {"integer": "number", "number": "number", "string": "string", "array": "array",
+            "object": "object"}.get(json_type(value))
+    applicable = {k: v for k, v in rest.items() if kind is not None and k in KEYWORDS[kind]}
+    if not applicable:
+        return True
+    if kind in ("array", "object"):
+        ctx.fail(jp(ptr, next(iter(applicable))), f"an enum/const {kind} beside {kind} keywords "
+                 f"({', '.join(applicable)}) is not supported: list only the values that fit")
+    if kind == "number":
+        low, high = bounds(applicable, ptr, ctx)
         x = exact_number(value)
         return ((low is None or (x > low[0] if low[1] else x >= low[0]))
                 and (high is None or (x < high[0] if high[1] else x <= high[0])))
     wide = replace(ctx, options=replace(ctx.options, max_string_length=10 ** 9, max_items=10 ** 6,
                                         repeat_cap=10 ** 6))
     try:
-        node = _build(rest, ptr, wide)
+        node = _build(dict(applicable, type=kind), ptr, wide)
     except Empty:
         return False
     return node_accepts(node, json_literal(value, (ctx.item_sep.decode(), ctx.key_sep.decode())))

@@ -44,10 +44,10 @@ def _string(schema: dict, ptr: str, ctx: Ctx) -> Node:
             ctx.fail(jp(ptr, "pattern"), f"pattern {pat!r} {e}")
     else:
         return seq(lit(b'"'), JsonStr(lo, hi), lit(b'"'))
-    if ("minLength" in schema or given_hi) and not (lo <= flo and fhi <= hi):
+    if lo > flo or (given_hi and fhi > hi):
         what = "format " + repr(schema["format"]) if "format" in schema else "the pattern"
-        ctx.fail(jp(ptr, "maxLength" if fhi > hi else "minLength"),
-                 f"{what} matches {flo}..{fhi} characters, not all within minLength {lo} .. maxLength {hi}; "
+        limit = f"minLength {lo}" if lo > flo else f"maxLength {hi}"
+        ctx.fail(jp(ptr, limit.split()[0]), f"{what} matches {flo}..{fhi} characters, not all within {limit}; "
                  "only length limits that every match fits are supported")
     return seq(lit(b'"'), body, lit(b'"'))
 

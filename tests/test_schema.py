@@ -67,6 +67,7 @@ WALK_SCHEMAS = [
     {"enum": ["a\"b", 1, 2.5, None, True, [1, {"k": "\u007f"}], {"x\n": [None]}]},
     {"const": {"é": "\\", "n": -0.0}},
     {"type": "string", "enum": ["ok", "no", 3], "maxLength": 2},
+    {"enum": ["abc", "ab", 5, 7, [1, 2, 3], None], "maxLength": 2, "minimum": 6},
     {"anyOf": [{"type": "boolean"}, {"type": "array", "items": {"type": "integer", "maximum": 3}, "maxItems": 3}]},
     {"oneOf": [{"type": "string", "maxLength": 4}, {"type": "integer"}, {"const": None}]},
     {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string", "maxLength": 2}],
