@@ -7,15 +7,25 @@ Every row of the batch sits in some DFA state of a CompiledGrammar. Per decoding
 and never synchronises with the host: illegal tokens set a per-row fault that `check()` turns into an error.
 
 Backends: "triton" (the kernels of kernels/mask_triton.py; on a CPU only under TRITON_INTERPRET=1) and
-"torch" (kernels/mask_torch.py, the reference; on the CPU it touches only the logits that must change);
-"auto" picks Triton on CUDA and torch elsewhere.
+"torch" (kernels/mask_torch.py, the reference, on an accelerator; on the CPU its fast paths in
+kernels/mask_cpu.py, which touch only the logits that must change); "auto" picks Triton on CUDA and torch
+elsewhere. All give the same tokens: at temperature > 0 the draw of kernels/gumbel.py, keyed by
+(seed, row key, step). NaN logits count as -inf; a row without a finite legal logit takes its first legal token.
+
+`sample_unmasked` is the same sampler with every token legal: the free arm of the ablation draws through it, so
+the two arms differ only by the mask.
 """
+from __future__ import annotations
+
+import functools
 import os
+from types import SimpleNamespace
 
 import torch
 
-from batchmask.kernels import mask_torch
-from batchmask.kernels.mask_torch import Rows, Tables, make_tables
+from batchmask.kernels import mask_cpu, mask_torch
+from batchmask.kernels.tables import Rows, Tables, make_tables
+from batchmask.next_codes import decode_next
 
 LOGIT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -45,6 +55,10 @@ class BatchMasker:
         self.backend = _pick_backend(backend, self.device)
         self._kernels = _load_kernels(self.backend)
         self.tables = _device_tables(grammar, self.device)
+        # the torch backend: the CPU fast paths on the CPU (their token lists built now, not in the first step)
+        self._torch = mask_cpu if self.device.type == "cpu" else mask_torch
+        if self.device.type == "cpu":
+            mask_cpu.sides_of(self.tables)
         self.start = int(grammar.start)
         self._start_count = int(self.tables.legal_count[self.start])
 
@@ -57,8 +71,6 @@ class BatchMasker:
             key=torch.arange(B, dtype=torch.int64, device=dev),                       # [B] draw keys
         )
         self.legal_counts = self.tables.legal_count.index_select(0, self.rows.state)  # int32 [B], last step
-        # reused buffers: the torch path's [B, V] legal bound (off the CPU only), the Triton path's token output
-        self._scratch = None
         self._tokens = torch.empty(B, dtype=torch.int64, device=dev)
 
     # ------------------------------------------------------------------------------------------------------
@@ -100,14 +112,11 @@ class BatchMasker:
     # the decoding step
 
     def apply_(self, logits: torch.Tensor) -> torch.Tensor:
-        """Mask logits [B, V'] in place: illegal and padded ids -> -inf, legal ones keep their exact value.
-        Returns the legal counts, int32 [B] on the device."""
+        """Mask logits [B, V'] in place: illegal and padded ids -> -inf, legal ones keep their exact value
+        (a NaN becomes -inf). Returns the legal counts, int32 [B] on the device."""
         self._check_logits(logits)
         if self.backend == "torch":
-            if self._scratch is None and self.device.type != "cpu":  # the CPU's sparse mask needs no bound
-                self._scratch = torch.empty(self.batch_size, self.tables.vocab_size, dtype=torch.float32,
-                                            device=self.device)  # [B, V] the legal bound, reused every step
-            self.legal_counts = mask_torch.mask_logits_(logits, self.rows.state, self.tables, scratch=self._scratch)
+            self.legal_counts = self._torch.mask_logits_(logits, self.rows.state, self.tables)
         else:
             self.legal_counts = self._kernels.mask_logits_(logits, self.rows.state, self.tables)
         return self.legal_counts
@@ -123,7 +132,7 @@ class BatchMasker:
         if tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
             raise ValueError(f"advance: tokens must be an integer tensor, got {tokens.dtype}")
         if self.backend == "torch":
-            mask_torch.advance_(tokens, self.rows, self.tables)
+            self._torch.advance_(tokens, self.rows, self.tables)
         else:
             self._kernels.advance_(tokens.contiguous(), self.rows, self.tables)
         if check or (check is None and self.device.type == "cpu"):
@@ -133,10 +142,13 @@ class BatchMasker:
                seed: int = 0) -> torch.Tensor:
         """Mask + sample + advance every row; logits [B, V'] are not modified. Returns int64 [B] tokens.
 
-        temperature 0 is greedy (the first maximum among legal tokens); otherwise Gumbel-max sampling of
-        softmax(logits / temperature) over legal tokens, keyed by (seed, row, step), so a row's draw does not
-        depend on the other rows of the batch. top_p < 1 keeps the smallest set of most likely legal tokens
-        whose probability reaches top_p (a second pass of torch ops). Finished rows get EOS."""
+        temperature 0 is greedy (the first maximum among legal tokens); otherwise a draw from
+        softmax(logits / temperature) over legal tokens: the maximum over them of a Gumbel process that
+        depends on the logits of all tokens and on (seed, row key, step) only (kernels/gumbel.py), so a row's
+        draw does not depend on the other rows of the batch, and pass the logits unmasked to couple with
+        sample_unmasked. top_p < 1 keeps the smallest set of most likely legal tokens whose probability
+        reaches top_p (a second pass of torch ops). Finished rows get EOS. NaN logits count as -inf; a row
+        whose legal logits are all non-finite takes its first legal token."""
         self._check_logits(logits)
         if temperature < 0 or temperature != temperature:
             raise ValueError(f"sample: temperature must be >= 0, got {temperature}")
@@ -144,8 +156,8 @@ class BatchMasker:
             raise ValueError(f"sample: top_p must be in (0, 1], got {top_p}")
         if self.backend == "torch" or (top_p < 1.0 and temperature > 0):
             # the top-p pass needs the sorted distribution: torch ops on both backends (same tokens either way)
-            tokens, counts = mask_torch.sample_(logits, self.rows, self.tables, temperature, top_p, seed,
-                                                advance=self._advance_quietly)
+            tokens, counts = self._torch.sample_(logits, self.rows, self.tables, temperature, top_p, seed,
+                                                 advance=self._advance_quietly)
         else:
             tokens, counts = self._kernels.sample_(logits, self.rows, self.tables, temperature, seed,
                                                    tokens=torch.empty_like(self._tokens))
@@ -275,7 +287,7 @@ def _device_tables(grammar, device: torch.device) -> Tables:
         if state_row.shape != (S,) or int(state_row.min()) < 0 or int(state_row.max()) >= R:
             raise GrammarTableError(f"state_row must be [{S}] with values in [0, {R})")
         states = torch.arange(S, device=device)
-        decoded = mask_torch.decode(row_next.index_select(0, state_row), states[:, None])   # [S, C] (a check only)
+        decoded = decode_next(row_next.index_select(0, state_row), states[:, None])   # [S, C] (a check only)
         lo, hi = int(decoded.min()), int(decoded.max())
     else:
         lo, hi = int(row_next.min()), int(row_next.max())
@@ -288,3 +300,40 @@ def _device_tables(grammar, device: torch.device) -> Tables:
         raise GrammarTableError(f"eos_id = {grammar.eos_id} is not a token id (V = {V})")
     return make_tables(token_class, None if state_row is not None else row_next, legal_count,
                        int(grammar.done_state), int(grammar.eos_id), state_row=state_row, row_next=row_next)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the same sampler with the mask off (the free arm)
+
+def free_grammar(vocab_size: int, eos_id: int, device=None) -> SimpleNamespace:
+    """A one-state grammar in which every token id is legal: BatchMasker over it samples without a mask."""
+    if not 0 <= eos_id < vocab_size:
+        raise ValueError(f"eos_id {eos_id} is not a token id of a vocabulary of {vocab_size}")
+    return SimpleNamespace(token_class=torch.zeros(vocab_size, dtype=torch.int32, device=device),
+                           class_next=torch.zeros(1, 1, dtype=torch.int32, device=device),
+                           legal_count=torch.tensor([vocab_size], dtype=torch.int32, device=device),
+                           start=0, done_state=0, eos_id=eos_id, vocab_size=vocab_size,
+                           token_bytes=[b""] * vocab_size, finish_text=lambda state: "")
+
+
+@functools.lru_cache(maxsize=4)
+def _free_masker(vocab_size: int, batch_size: int, device: torch.device, backend: str) -> BatchMasker:
+    return BatchMasker(free_grammar(vocab_size, 0, device), batch_size, device=device, backend=backend,
+                       max_tokens=1)
+
+
+def sample_unmasked(logits: torch.Tensor, keys: torch.Tensor, steps: torch.Tensor, temperature: float = 0.0,
+                    top_p: float = 1.0, seed: int = 0, vocab_size: int | None = None,
+                    backend: str = "auto") -> torch.Tensor:
+    """BatchMasker.sample's draw with every id below vocab_size legal (default: the logits' width).
+
+    logits [B, V'] (not modified), keys int [B] (what BatchMasker.reset(keys=...) would key the rows by),
+    steps int [B] (tokens each row has emitted) -> int64 [B]. Where this draw is legal in a grammar, a masker
+    at those keys and steps draws the same token from the same logits."""
+    B, width = logits.shape
+    V = width if vocab_size is None else vocab_size
+    m = _free_masker(V, B, logits.device, backend)
+    m.rows.key.copy_(keys)
+    m.rows.step.copy_(steps)
+    m.rows.state.zero_()
+    return m.sample(logits, temperature, top_p, seed)

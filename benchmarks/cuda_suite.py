@@ -62,7 +62,7 @@ sys.path.insert(0, str(ROOT))
 import triton  # noqa: E402
 import triton.testing  # noqa: E402
 from batchmask.kernels import mask_torch, mask_triton  # noqa: E402
-from batchmask.kernels.mask_torch import Rows, make_tables  # noqa: E402
+from batchmask.kernels.tables import Rows, make_tables  # noqa: E402
 from batchmask.models.checkpoint import ModelConfig  # noqa: E402
 
 from batchmask.compiler import compile_grammar  # noqa: E402

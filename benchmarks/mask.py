@@ -127,7 +127,8 @@ def realistic_states(g, B: int, value_frac: float, gen: torch.Generator) -> torc
 
 def masker_steps(g, B: int, device, backend: str, value_frac: float, gen: torch.Generator):
     """A BatchMasker with rows at realistic states, and the steps to time on it (each restarts from the
-    same states): {"mask+advance", "sample greedy", "sample T=1"} -> zero-argument callables."""
+    same states): {"mask+advance", "sample greedy", "sample T=1", "sample T=1 top-p 0.9"} -> zero-argument
+    callables."""
     m = BatchMasker(g, B, device=device, backend=backend, max_tokens=16)
     init = realistic_states(g, B, value_frac, gen).to(device)  # [B]
     logits = torch.randn(B, g.vocab_size, generator=gen).to(device)  # [B, V]
@@ -144,21 +145,22 @@ def masker_steps(g, B: int, device, backend: str, value_frac: float, gen: torch.
         m.apply_(work)
         m.advance(tokens, check=False)
 
-    def fused(temperature):
+    def fused(temperature, top_p=1.0):
         def run():
             restart()
-            m.sample(logits, temperature=temperature, seed=1)
+            m.sample(logits, temperature=temperature, top_p=top_p, seed=1)
         return run
 
-    return m, {"mask+advance": mask_advance, "sample greedy": fused(0.0), "sample T=1": fused(1.0)}
+    return m, {"mask+advance": mask_advance, "sample greedy": fused(0.0), "sample T=1": fused(1.0),
+               "sample T=1 top-p 0.9": fused(1.0, 0.9)}
 
 
 def bench_batchmask(g, B, V, device, backend, args) -> dict:
     m, steps = masker_steps(g, B, device, backend, args.value_frac, torch.Generator().manual_seed(0))
     out = {}
     for name, fn in steps.items():
-        if name == "sample T=1" and device.type == "cpu" and B * V > args.cpu_sample_limit:
-            continue  # the torch reference hashes [B, V] int64 counters: seconds per step at this size
+        if "top-p" in name and device.type == "cpu" and B * V > args.cpu_sample_limit:
+            continue  # top-p sorts and hashes [B, V] on the CPU: seconds per step at this size
         out[name] = time_step(fn, device, args.budget, args.max_iters)
     m.reset()
     return out
@@ -229,7 +231,7 @@ def main():
     ap.add_argument("--budget", type=float, default=1.0, help="seconds of timed runs per measurement")
     ap.add_argument("--max-iters", type=int, default=200)
     ap.add_argument("--cpu-sample-limit", type=int, default=64 * 32000,
-                    help="largest B*V for the CPU temperature-sampling measurement")
+                    help="largest B*V for the CPU top-p measurement")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)

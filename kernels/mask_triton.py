@@ -3,10 +3,12 @@ Triton kernels for the batch masker: one launch masks, samples and advances the 
 
 Each kernel has a plain torch twin in `mask_torch.py` that it must equal (tests/test_kernels.py):
   mask      one program per (row, block of V'):  logits = -inf where row_next[state_row[state], token_class[v]] == -1
+            (and where a legal logit is NaN)
   advance   one program per block of rows:       state = decode(that code for the token), fault on -1
-  sample    one program per row: scan V in blocks keeping the best (score, id) per lane over legal tokens only,
-            score = logit (greedy) or logit / T + Gumbel(seed, row, step, id); then write the token and advance
-            the row in the same launch.
+  sample    one program per row: greedy scans V in tiles for the first legal maximum; sampled scans V once for
+            each noise block's G (gumbel.py: logsumexp + Gumbel noise, kept in a [B, nb] scratch), then visits
+            the best block and any other whose G could still win; then writes the token and advances the row
+            in the same launch. FP contraction is off for it, so its float expressions round as torch's do.
 The uniforms come from the counter hash of `rng.py`, written again here in uint32 arithmetic.
 
 Importing this module imports triton; `batchmask` imports it only when the Triton backend is asked for. On a
@@ -15,8 +17,8 @@ machine without a GPU set TRITON_INTERPRET=1 before this module is first importe
 import torch
 import triton
 import triton.language as tl
-from batchmask.kernels import rng
-from batchmask.kernels.mask_torch import Rows, Tables
+from batchmask.kernels import gumbel, rng
+from batchmask.kernels.tables import Rows, Tables
 
 # ----------------------------------------------------------------------------------------------------------
 # the counter hash (same constants as rng.py; tests check the two agree bit for bit)
@@ -66,6 +68,20 @@ def _code(state_row_ptr, row_next_ptr, s, cls, C, mask):
 
 
 @triton.jit
+def _decode_next(code, s):
+    # batchmask.next_codes.decode_next, jitted (tests/test_kernels.py checks the two agree on every kind)
+    return tl.where(code >= -1, code, s - 2 - code)
+
+
+@triton.jit
+def _decode_kernel(codes_ptr, states_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    # test hook: out[i] = _decode_next(codes[i], states[i])
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    code = tl.load(codes_ptr + i, mask=i < n, other=-1)
+    tl.store(out_ptr + i, _decode_next(code, tl.load(states_ptr + i, mask=i < n, other=0)), mask=i < n)
+
+
+@triton.jit
 def _advance_rows(row, tok, live, state_ptr, step_ptr, hist_ptr, fault_ptr, token_class_ptr, state_row_ptr,
                   row_next_ptr, V, C, H, done_state):
     # row: int32, tok: int64, live: bool -- all the same shape (a scalar or a block of rows)
@@ -73,7 +89,7 @@ def _advance_rows(row, tok, live, state_ptr, step_ptr, hist_ptr, fault_ptr, toke
     in_vocab = (tok >= 0) & (tok < V)  # a padded or negative id is illegal, never an out-of-bounds read
     cls = tl.load(token_class_ptr + tl.where(in_vocab, tok, 0), mask=live & in_vocab, other=0)
     code = _code(state_row_ptr, row_next_ptr, s, cls, C, live & in_vocab)
-    nxt = tl.where(code >= -1, code, s - 2 - code)  # codes <= -2 are relative to the state
+    nxt = _decode_next(code, s)
     ok = nxt >= 0  # out-of-vocabulary ids read -1 above
     moved = ok & (s != done_state)  # a finished row repeating EOS adds nothing to its text
     step = tl.load(step_ptr + row, mask=live, other=0)
@@ -112,50 +128,121 @@ def _mask_kernel(logits_ptr, stride_row, counts_ptr, state_ptr, token_class_ptr,
     cls = tl.load(token_class_ptr + v, mask=in_vocab, other=0)
     r = tl.load(state_row_ptr + s)
     code = tl.load(row_next_ptr + r.to(tl.int64) * C + cls, mask=in_vocab, other=-1)
-    # write-only: legal logits are never read or rewritten, so they keep their exact value
+    # legal logits are read (a NaN becomes -inf) but never rewritten otherwise: they keep their exact value
+    ptrs = logits_ptr + row.to(tl.int64) * stride_row + v
+    x = tl.load(ptrs, mask=in_vocab & (code != -1), other=0.0).to(tl.float32)
     neg_inf = tl.full([BLOCK_V], float("-inf"), logits_ptr.dtype.element_ty)
-    tl.store(logits_ptr + row.to(tl.int64) * stride_row + v, neg_inf, mask=(v < V_padded) & (code == -1))
+    tl.store(ptrs, neg_inf, mask=(v < V_padded) & ((code == -1) | (x != x)))
     if blk == 0:
         tl.store(counts_ptr + row, tl.load(legal_count_ptr + s))
 
 
 # ----------------------------------------------------------------------------------------------------------
-# fused sample
+# fused sample: greedy, or the Gumbel process of gumbel.py
+
+@triton.jit
+def _gumbel(u):
+    return -tl.log(-tl.log(u))
+
+
+@triton.jit
+def _truncate(G, Z, h):
+    # gumbel.truncate, the same expression: the value of h once its block's maximum Z is moved to G
+    v = G - h + tl.log(1 - tl.exp(h - Z))
+    z = G - (tl.maximum(v, 0.0) + tl.log(1 + tl.exp(-tl.abs(v))))
+    return tl.where(h == float("-inf"), float("-inf"), z)
+
+
+@triton.jit
+def _tile(row_logits, state_r, token_class_ptr, row_next_ptr, v, V, C, inv_temp, GREEDY: tl.constexpr):
+    # the ids v (any shape) of one row: (legal, y) with y = logit (greedy) or logit / T, float32, NaN -> -inf
+    in_v = v < V
+    cls = tl.load(token_class_ptr + v, mask=in_v, other=0)
+    code = tl.load(row_next_ptr + state_r.to(tl.int64) * C + cls, mask=in_v, other=-1)
+    x = tl.load(row_logits + v, mask=in_v, other=float("-inf")).to(tl.float32)
+    if not GREEDY:
+        x = x * inv_temp
+    return code != -1, tl.where(x != x, float("-inf"), x)
+
 
 @triton.jit(do_not_specialize=["seed_key"])
 def _sample_kernel(logits_ptr, stride_row, tokens_ptr, counts_ptr,
                    state_ptr, step_ptr, hist_ptr, fault_ptr, key_ptr,
-                   token_class_ptr, state_row_ptr, row_next_ptr, legal_count_ptr,
-                   V, C, H, done_state, eos_id, inv_temp, seed_key,
-                   GREEDY: tl.constexpr, BLOCK_V: tl.constexpr):
+                   token_class_ptr, state_row_ptr, row_next_ptr, legal_count_ptr, scratch_ptr,
+                   V, C, H, NB, done_state, eos_id, inv_temp, seed_key,
+                   GREEDY: tl.constexpr, BLOCKS: tl.constexpr, K: tl.constexpr):
+    # one program per row; the vocabulary in tiles of BLOCKS noise blocks of K ids. scratch: float32 [B, NB],
+    # each block's G (-inf where the block holds no legal id), read again by the search
+    BIG: tl.constexpr = 2147483647
     row = tl.program_id(0)
     s = tl.load(state_ptr + row)
     r = tl.load(state_row_ptr + s)
     key = _row_key(seed_key, tl.load(key_ptr + row), tl.load(step_ptr + row))
-    lane = tl.arange(0, BLOCK_V)
-    # per-lane running best over the positions lane, lane + BLOCK_V, ...: strict '>' keeps the earliest id
-    best = tl.full([BLOCK_V], float("-inf"), tl.float32)
-    best_id = tl.full([BLOCK_V], 0, tl.int32)
-    first_legal = tl.full([BLOCK_V], 2147483647, tl.int32)
-    for start in range(0, V, BLOCK_V):
-        v = start + lane
-        cls = tl.load(token_class_ptr + v, mask=v < V, other=0)
-        code = tl.load(row_next_ptr + r.to(tl.int64) * C + cls, mask=v < V, other=-1)
-        legal = code != -1
-        x = tl.load(logits_ptr + row.to(tl.int64) * stride_row + v, mask=legal, other=float("-inf")).to(tl.float32)
-        if not GREEDY:
-            x = x * inv_temp - tl.log(-tl.log(_uniform(key, v)))  # Gumbel-max: argmax samples softmax(x / T)
-        score = tl.where(legal, x, float("-inf"))
-        better = score > best
-        best = tl.where(better, score, best)
-        best_id = tl.where(better, v, best_id)
-        first_legal = tl.minimum(first_legal, tl.where(legal, v, 2147483647))
-    top = tl.max(best, 0)
-    tok = tl.min(tl.where(best == top, best_id, 2147483647), 0)  # the lowest id among the maxima
-    # every legal score -inf: the first legal token; no legal token at all: EOS (the advance flags it)
-    any_legal = tl.min(first_legal, 0) < 2147483647
-    fallback = tl.where(any_legal, tl.min(first_legal, 0), eos_id)
-    tok = tl.where(top > float("-inf"), tok, fallback).to(tl.int64)
+    bkey = _mix32(key ^ 0x5BD1E995)  # rng.block_keys (rng.BLOCK_SALT)
+    row_logits = logits_ptr + row.to(tl.int64) * stride_row
+    bb = tl.arange(0, BLOCKS)
+    jj = tl.arange(0, K)
+    first_legal = tl.full([], BIG, tl.int32)
+    first_inf = tl.full([], BIG, tl.int32)
+    any_finite = tl.full([], 0, tl.int32)
+    best = tl.full([], float("-inf"), tl.float32)  # greedy: the best legal y; sampled: the best block's G
+    best_id = tl.full([], 0, tl.int32)             # greedy: its token; sampled: that block
+    for start in range(0, V, BLOCKS * K):
+        v = start + bb[:, None] * K + jj[None, :]  # [BLOCKS, K]
+        legal, y = _tile(row_logits, r, token_class_ptr, row_next_ptr, v, V, C, inv_temp, GREEDY)
+        first_legal = tl.minimum(first_legal, tl.min(tl.where(legal, v, BIG)))
+        first_inf = tl.minimum(first_inf, tl.min(tl.where(legal & (y == float("inf")), v, BIG)))
+        any_finite = tl.maximum(any_finite, tl.max(tl.where(legal & (tl.abs(y) < float("inf")), 1, 0)))
+        if GREEDY:
+            score = tl.where(legal, y, float("-inf"))
+            top = tl.max(score)
+            top_id = tl.min(tl.where(score == top, v, BIG))
+        else:
+            p = tl.where(tl.abs(y) < float("inf"), y, float("-inf"))  # potentials
+            m = tl.max(p, axis=1)  # [BLOCKS] logsumexp per block, as torch.logsumexp computes it
+            m = tl.where(tl.abs(m) == float("inf"), 0.0, m)
+            lse = tl.log(tl.sum(tl.exp(p - m[:, None]), axis=1)) + m
+            blk = start // K + bb  # [BLOCKS]
+            G = lse + _gumbel(_uniform(bkey, blk))
+            G = tl.where(tl.max(tl.where(legal, 1, 0), axis=1) > 0, G, float("-inf"))
+            tl.store(scratch_ptr + row.to(tl.int64) * NB + blk, G, mask=blk < NB)
+            top = tl.max(G)
+            top_id = tl.min(tl.where(G == top, blk, BIG))
+        better = top > best
+        best = tl.where(better, top, best)
+        best_id = tl.where(better, top_id, best_id)
+    if GREEDY:
+        tok = best_id
+    else:
+        # the best candidate block first; then every other one whose G could still beat the best z so far
+        first_blk = best_id
+        legal1, y1 = _tile(row_logits, r, token_class_ptr, row_next_ptr, first_blk * K + jj, V, C, inv_temp,
+                           GREEDY)
+        h1 = tl.where(tl.abs(y1) < float("inf"), y1, float("-inf")) + _gumbel(_uniform(key, first_blk * K + jj))
+        hc1 = tl.where(legal1, h1, float("-inf"))
+        hb1 = tl.max(hc1)
+        tok = first_blk * K + tl.min(tl.where(hc1 == hb1, jj, K))
+        best_z = _truncate(best, tl.max(h1), hb1)
+        for start in range(0, NB, BLOCKS):
+            blk = start + bb  # [BLOCKS]
+            G = tl.load(scratch_ptr + row.to(tl.int64) * NB + blk, mask=blk < NB, other=float("-inf"))
+            visit = (G > float("-inf")) & (G >= best_z) & (blk != first_blk)
+            if tl.max(tl.where(visit, 1, 0)) > 0:
+                v2 = blk[:, None] * K + jj[None, :]  # [BLOCKS, K]
+                legal2, y2 = _tile(row_logits, r, token_class_ptr, row_next_ptr, v2, V, C, inv_temp, GREEDY)
+                h2 = tl.where(tl.abs(y2) < float("inf"), y2, float("-inf")) + _gumbel(_uniform(key, v2))
+                hc2 = tl.where(legal2, h2, float("-inf"))
+                hb2 = tl.max(hc2, axis=1)  # [BLOCKS]
+                cand = blk * K + tl.min(tl.where(hc2 == hb2[:, None], jj[None, :], K), axis=1)
+                z = tl.where(visit, _truncate(G, tl.max(h2, axis=1), hb2), float("-inf"))
+                zt = tl.max(z)
+                tt = tl.min(tl.where(z == zt, cand, BIG))
+                better = (zt > best_z) | ((zt == best_z) & (tt < tok))
+                best_z = tl.where(better, zt, best_z)
+                tok = tl.where(better, tt, tok)
+        tok = tl.where(first_inf < BIG, first_inf, tok)  # a legal +inf: the first one
+    # no finite legal logit: the first legal token; no legal token at all: EOS (the advance flags it)
+    tok = tl.where(any_finite > 0, tok, tl.where(first_legal < BIG, first_legal, eos_id)).to(tl.int64)
     tl.store(tokens_ptr + row, tok)
     tl.store(counts_ptr + row, tl.load(legal_count_ptr + s))
     _advance_rows(row, tok, row >= 0, state_ptr, step_ptr, hist_ptr, fault_ptr, token_class_ptr, state_row_ptr,
@@ -165,8 +252,13 @@ def _sample_kernel(logits_ptr, stride_row, tokens_ptr, counts_ptr,
 # ----------------------------------------------------------------------------------------------------------
 # launchers (same signatures as the torch reference)
 
+MASK_BLOCK_V = 1024     # ids per program of the mask kernel (fewer for a vocabulary below it)
+ADVANCE_BLOCK_B = 128   # rows per program of the advance kernel
+SAMPLE_BLOCK_V = 2048   # ids per tile of the sample kernel (a multiple of gumbel.NOISE_BLOCK)
+SAMPLE_NUM_WARPS = 8
+
 def mask_logits_(logits: torch.Tensor, state: torch.Tensor, t: Tables, counts: torch.Tensor | None = None,
-                 block_v: int = 1024) -> torch.Tensor:
+                 block_v: int = MASK_BLOCK_V) -> torch.Tensor:
     """In place: illegal and padded logits -> -inf. logits [B, V'] (unit stride along V') -> int32 [B] counts."""
     B, V_padded = logits.shape
     counts = torch.empty(B, dtype=torch.int32, device=logits.device) if counts is None else counts
@@ -177,7 +269,7 @@ def mask_logits_(logits: torch.Tensor, state: torch.Tensor, t: Tables, counts: t
     return counts
 
 
-def advance_(tokens: torch.Tensor, rows: Rows, t: Tables, block_b: int = 128) -> None:
+def advance_(tokens: torch.Tensor, rows: Rows, t: Tables, block_b: int = ADVANCE_BLOCK_B) -> None:
     """Move every row by its token (int [B]); an illegal token leaves the row unchanged and records a fault."""
     B = tokens.numel()
     _advance_kernel[(triton.cdiv(B, block_b),)](
@@ -187,21 +279,25 @@ def advance_(tokens: torch.Tensor, rows: Rows, t: Tables, block_b: int = 128) ->
 
 def sample_(logits: torch.Tensor, rows: Rows, t: Tables, temperature: float = 0.0, seed: int = 0,
             tokens: torch.Tensor | None = None, counts: torch.Tensor | None = None,
-            block_v: int = 2048, num_warps: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mask + sample (greedy or Gumbel-max at temperature) + advance in one launch; logits are not modified.
-    logits [B, V'] -> (int64 [B] tokens, int32 [B] legal counts before the move)."""
+            block_v: int = SAMPLE_BLOCK_V, num_warps: int = SAMPLE_NUM_WARPS) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mask + choose (greedy, or the Gumbel process of gumbel.py at temperature) + advance in one launch;
+    logits are not modified. logits [B, V'] -> (int64 [B] tokens, int32 [B] legal counts before the move)."""
     B = logits.shape[0]
     dev = logits.device
     tokens = torch.empty(B, dtype=torch.int64, device=dev) if tokens is None else tokens
     counts = torch.empty(B, dtype=torch.int32, device=dev) if counts is None else counts
     greedy = temperature <= 0
-    block_v = min(block_v, triton.next_power_of_2(t.vocab_size))  # no lanes wasted on a small vocabulary
+    K = gumbel.NOISE_BLOCK
+    block_v = max(K, min(block_v, triton.next_power_of_2(t.vocab_size)))  # no tiles wasted on a small vocabulary
+    nb = gumbel.num_blocks(t.vocab_size)
+    scratch = torch.empty(1 if greedy else B * nb, dtype=torch.float32, device=dev)  # [B, nb] each block's G
     keys = rows.key if rows.key is not None else torch.arange(B, device=dev)  # [B] what draws are keyed by
+    inv_temp = 1.0 if greedy else 1.0 / temperature
     _sample_kernel[(B,)](
         logits, logits.stride(0), tokens, counts, rows.state, rows.step, rows.history, rows.fault, keys,
-        t.token_class, t.state_row, t.row_next, t.legal_count, t.vocab_size, t.num_classes, rows.history.shape[1],
-        t.done_state, t.eos_id, 1.0 if greedy else 1.0 / temperature, rng.seed_key(seed),
-        GREEDY=greedy, BLOCK_V=block_v, num_warps=num_warps)
+        t.token_class, t.state_row, t.row_next, t.legal_count, scratch, t.vocab_size, t.num_classes,
+        rows.history.shape[1], nb, t.done_state, t.eos_id, inv_temp, _int32(rng.seed_key(seed)),
+        GREEDY=greedy, BLOCKS=block_v // K, K=K, num_warps=num_warps, enable_fp_fusion=False)
     return tokens, counts
 
 
@@ -209,6 +305,49 @@ def uniforms(seed: int, step: torch.Tensor, vocab_size: int, block_v: int = 1024
     """The kernel's uniforms for rows 0..B-1 at step (int32 [B]) -> float32 [B, V]; equals rng.uniforms."""
     B = step.numel()
     out = torch.empty(B, vocab_size, dtype=torch.float32, device=step.device)
-    _uniform_kernel[(B, triton.cdiv(vocab_size, block_v))](out, step, rng.seed_key(seed), vocab_size,
+    _uniform_kernel[(B, triton.cdiv(vocab_size, block_v))](out, step, _int32(rng.seed_key(seed)), vocab_size,
                                                             BLOCK_V=block_v)
     return out
+
+
+def _int32(key: int) -> int:
+    """A 32-bit key as a signed int32 value: Triton types Python ints by range (i32 below 2**31, u32 above), so
+    passing keys this way keeps one compiled kernel for every seed; the kernels read it back as uint32."""
+    return key - (1 << 32) if key >= 1 << 31 else key
+
+
+# ----------------------------------------------------------------------------------------------------------
+# what the launchers compile (for ahead-of-time checks: batchmask check-kernels)
+
+LOGIT_TYPES = {"float32": "*fp32", "bfloat16": "*bf16", "float16": "*fp16"}
+TABLE_TYPES = {"int16": "*i16", "int32": "*i32"}
+
+
+def launch_specs() -> list[dict]:
+    """Every specialisation the launchers above compile: for each, the kernel, a label, its signature (Triton
+    type per argument), constexprs and compile options. Logits float32 / bfloat16 / float16, tables int16 /
+    int32 (row_next), greedy and sampled, at the block sizes the launchers choose for a real vocabulary."""
+    specs = []
+
+    def add(fn, label, types, constexprs, **options):
+        sig = {name: types.get(name, "i32") for name in fn.arg_names}
+        sig.update({name: "constexpr" for name in constexprs})
+        specs.append(dict(kernel=fn.__name__, label=label, fn=fn, signature=sig, constexprs=constexprs,
+                          options={"num_warps": 4, **options}))
+
+    rows = {"state_ptr": "*i32", "step_ptr": "*i32", "hist_ptr": "*i32", "fault_ptr": "*i64", "key_ptr": "*i64",
+            "token_class_ptr": "*i32", "state_row_ptr": "*i32", "legal_count_ptr": "*i32", "counts_ptr": "*i32",
+            "tokens_ptr": "*i64", "scratch_ptr": "*fp32", "inv_temp": "fp32"}
+    for tname, ttype in TABLE_TYPES.items():
+        for lname, ltype in LOGIT_TYPES.items():
+            types = {**rows, "row_next_ptr": ttype, "logits_ptr": ltype}
+            add(_mask_kernel, f"logits {lname}, table {tname}", types, {"BLOCK_V": MASK_BLOCK_V})
+            for greedy in (True, False):
+                add(_sample_kernel, f"logits {lname}, table {tname}, {'greedy' if greedy else 'sampled'}", types,
+                    {"GREEDY": greedy, "BLOCKS": SAMPLE_BLOCK_V // gumbel.NOISE_BLOCK, "K": gumbel.NOISE_BLOCK},
+                    num_warps=SAMPLE_NUM_WARPS, enable_fp_fusion=False)
+        for tok in ("i64", "i32"):  # advance takes the caller's integer tokens as they are
+            add(_advance_kernel, f"tokens {'int64' if tok == 'i64' else 'int32'}, table {tname}",
+                {**rows, "row_next_ptr": ttype, "tokens_ptr": f"*{tok}"}, {"BLOCK_B": ADVANCE_BLOCK_B})
+    add(_uniform_kernel, "test hook", {"out_ptr": "*fp32", "step_ptr": "*i32"}, {"BLOCK_V": 1024})
+    return specs

@@ -22,6 +22,7 @@ MIX_MUL_1 = 0x7FEB352D  # odd multipliers < 2**31 (see module docstring)
 MIX_MUL_2 = 0x31848BAB
 WEYL_STEP = 0x61C88647  # odd, ~2**32 / golden ratio: spreads consecutive token ids over the 32-bit ring
 SEED_SALT = 0x2545F491  # keeps seed 0 away from mix32's fixed point at 0
+BLOCK_SALT = 0x5BD1E995  # derives a row's block key from its token key (kernels/gumbel.py's two levels of noise)
 UNIFORM_SCALE = 2.0 ** -23  # 23 random bits: (n + 0.5) * 2**-23 is exact in float32 and < 1
 
 
@@ -48,6 +49,11 @@ def row_keys(seed: int, rows: torch.Tensor, steps: torch.Tensor) -> torch.Tensor
     return mix32(k ^ (steps.long() & MASK32))
 
 
+def block_keys(keys: torch.Tensor) -> torch.Tensor:
+    """The key of a row's block-level draws (kernels/gumbel.py) from its token key: int64 [B] -> int64 [B]."""
+    return mix32(keys ^ BLOCK_SALT)
+
+
 def uniforms(keys: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """keys: int64 [B] (from row_keys) -> float32 [B, vocab_size], every value in (0, 1)."""
     ids = torch.arange(vocab_size, device=keys.device, dtype=torch.int64)  # [V]
@@ -55,6 +61,13 @@ def uniforms(keys: torch.Tensor, vocab_size: int) -> torch.Tensor:
     x = mix32(x.bitwise_and_(MASK32))
     # the top 23 bits, centred in their bucket: never 0 or 1 (with 24 bits the top bucket would round up to
     # 1.0 in float32), so the Gumbel transform stays finite
+    return ((x >> 9).to(torch.float32) + 0.5) * UNIFORM_SCALE
+
+
+def uniforms_at(keys: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """uniforms at chosen (key, id) pairs only: keys, ids int64 (broadcasting) -> float32, equal to
+    uniforms(keys, V)[..., id] value for value."""
+    x = mix32((keys + ids * WEYL_STEP).bitwise_and_(MASK32))
     return ((x >> 9).to(torch.float32) + 0.5) * UNIFORM_SCALE
 
 

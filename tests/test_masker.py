@@ -351,8 +351,9 @@ def test_real_grammar_walk(llama_grammar):
 
 
 def test_real_grammar_sparse_paths_match_dense(llama_grammar):
-    """On the CPU the torch backend masks and samples through short token lists; at rows inside string values
-    (few illegal tokens) and at literal rows (few legal ones) it must give the dense reference's results."""
+    """On the CPU the torch backend masks and samples through its fast paths (short token lists, the block
+    search); at rows inside string values (few illegal tokens) and at literal rows (few legal ones) it must give
+    the dense reference's results."""
     from batchmask.kernels import mask_torch
     g = llama_grammar
     legal = g.legal_count.cpu().long()
@@ -368,7 +369,7 @@ def test_real_grammar_sparse_paths_match_dense(llama_grammar):
     logits[:3, :200] = 30.0  # large logits on low ids, many of them illegal in value states
     a, b = logits.clone(), logits.clone()
     m.apply_(a)
-    mask_torch.mask_logits_dense_(b, m.states, t)
+    mask_torch.mask_logits_(b, m.states, t)
     assert torch.equal(a, b)
     for T in (0.0, 0.9):
         st = m.states.clone()

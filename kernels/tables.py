@@ -1,0 +1,107 @@
+"""
+The compiled grammar and the per-row decoding state as every backend reads them (torch reference, CPU fast
+paths, Triton kernels), and the one lookup they all share: the state a token leads to.
+
+The grammar is a DFA over tokens, factored by token classes and by rows of states:
+
+    code = row_next[state_row[state], token_class[token]]      next state = batchmask.next_codes.decode_next
+
+A plain [S, C] table is the special case state_row = arange(S). Names used in the shape comments:
+  B rows in the batch, V grammar vocabulary, V' >= V logits width (padded ids are illegal),
+  S states, R distinct table rows, C token classes, H history length (tokens remembered per row).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from batchmask.next_codes import ILLEGAL, decode_next
+
+
+@dataclass
+class Tables:
+    """The compiled grammar on one device (contiguous). Build with make_tables."""
+    token_class: torch.Tensor        # int32 [V]     class of every token id
+    state_row: torch.Tensor          # int32 [S]     the row of row_next each state uses
+    row_next: torch.Tensor           # int16|int32 [R, C]  next-state codes per (row, class), -1 = illegal
+    legal_count: torch.Tensor        # int32 [S]     number of legal token ids per state
+    class_first_token: torch.Tensor  # int64 [C]     lowest token id of each class (V for an empty class)
+    done_state: int                  # absorbing state after EOS (only EOS legal)
+    eos_id: int
+    sides: object | None = None      # the CPU fast paths' token lists (kernels.mask_cpu.ShortSides), built lazily
+
+    @property
+    def vocab_size(self) -> int:
+        return self.token_class.numel()
+
+    @property
+    def num_classes(self) -> int:
+        return self.row_next.shape[1]
+
+    @property
+    def class_next(self) -> torch.Tensor:
+        """int64 [S, C]: the plain table of next states (-1 illegal), decoded (for references and checks)."""
+        S = self.state_row.numel()
+        return decode_next(self.row_next.index_select(0, self.state_row.long()),
+                           torch.arange(S, device=self.state_row.device)[:, None])
+
+
+def make_tables(token_class: torch.Tensor, class_next: torch.Tensor | None, legal_count: torch.Tensor,
+                done_state: int, eos_id: int, state_row: torch.Tensor | None = None,
+                row_next: torch.Tensor | None = None) -> Tables:
+    """From a plain [S, C] table (class_next), or from the compiler's factored one (state_row, row_next)."""
+    if state_row is None:
+        state_row = torch.arange(class_next.shape[0], dtype=torch.int32, device=class_next.device)
+        row_next = class_next
+    V, C = token_class.numel(), row_next.shape[1]
+    ids = torch.arange(V, device=token_class.device)
+    first = torch.full((C,), V, dtype=torch.int64, device=token_class.device)
+    first.scatter_reduce_(0, token_class.long(), ids, reduce="amin")  # [C]
+    return Tables(token_class, state_row, row_next, legal_count, first, done_state, eos_id)
+
+
+@dataclass
+class Rows:
+    """The per-row decoding state, resident on the device so the hot loop never syncs."""
+    state: torch.Tensor    # int32 [B]     current DFA state
+    step: torch.Tensor     # int32 [B]     tokens emitted so far (EOS included, repeats after done not counted)
+    history: torch.Tensor  # int32 [B, H]  history[r, i] = i-th token row r emitted (i < H)
+    fault: torch.Tensor    # int64 [B, 3]  first illegal advance per row: (flag 0/1, token id, state)
+    key: torch.Tensor | None = None  # int64 [B]  what keys a row's random draws with (seed, key, step);
+    #                                  None: the row index. Generation sets one per task, so a task's
+    #                                  draws do not depend on which slot or batch size it ran in.
+
+
+def row_ids(rows: Rows, start: int, count: int) -> torch.Tensor:
+    """int64 [count]: the random-draw keys of rows start..start+count-1."""
+    if rows.key is not None:
+        return rows.key[start:start + count]
+    return torch.arange(start, start + count, device=rows.state.device)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# lookups
+
+def next_states(state: torch.Tensor, cls: torch.Tensor, t: Tables) -> torch.Tensor:
+    """int64 [n]: the state after a token of class cls [n] from state [n] (-1 illegal)."""
+    row = t.state_row.index_select(0, state).long()
+    return decode_next(t.row_next.view(-1).index_select(0, row * t.num_classes + cls.long()), state)
+
+
+def class_legal(state: torch.Tensor, t: Tables) -> torch.Tensor:
+    """state: int32 [B] -> bool [B, C], which token classes each row may emit."""
+    return t.row_next.index_select(0, t.state_row.index_select(0, state)) != ILLEGAL
+
+
+def legal_mask(state: torch.Tensor, t: Tables) -> torch.Tensor:
+    """state: int32 [B] -> bool [B, V], which token ids each row may emit."""
+    return class_legal(state, t).index_select(1, t.token_class)
+
+
+def first_legal_token(state: torch.Tensor, t: Tables) -> torch.Tensor:
+    """int64 [B]: each row's lowest legal id, or EOS where the state allows none (the advance then flags it).
+    From the [B, C] class table: the lowest first-token of a legal class, no [B, V] pass."""
+    V = t.vocab_size
+    first = torch.where(class_legal(state, t), t.class_first_token, V).amin(dim=1)  # [B]
+    return torch.where(first < V, first, t.eos_id)
