@@ -192,6 +192,10 @@ def _generate(args, dist, taskfile, output) -> int:
         print(f"batchmask: interrupted; {sink.count} finished results kept"
               + (f" in {where} (rerun with --resume to continue)" if output.out_path else ""), file=sys.stderr)
         return 130
+    except Exception as e:              # e.g. an illegal token caught by masker.check(): the lines may be wrong
+        sink.close()
+        output.mark_failed(e)
+        raise
     progress(stats.tasks, stats.tokens, force=True)
     progress.close()
     sink.close()

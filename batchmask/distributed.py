@@ -150,8 +150,7 @@ class Output:
         if files or runfiles.run_file(out).exists():
             runfiles.check_run_settings(out, settings)
         self.scans = [runfiles.scan_results(p) for p in files]
-        records = [r for s in self.scans for r in s.records]
-        return runfiles.check_against_tasks(records, tasks, ", ".join(map(str, files)) or str(out))
+        return runfiles.check_against_tasks(self.scans, tasks)
 
     def commit(self, settings: dict | None, info: dict) -> None:
         """The run's first change to the file system (every input has been checked by now)."""
@@ -175,6 +174,12 @@ class Output:
                 if p.exists():
                     p.unlink()
         runfiles.write_run_file(out, settings, info)
+
+    def mark_failed(self, error: BaseException) -> None:
+        """The run stopped on an error after writing: --resume must not continue from its lines."""
+        if self.out_path is not None:
+            msg = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            runfiles.mark_run_failed(self.out_path, f"{type(error).__name__}: {msg}")
 
     def sink(self) -> Sink:
         if self.dist is None:

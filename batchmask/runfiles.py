@@ -203,20 +203,23 @@ def scan_results(path: Path) -> ResultScan:
     return scan
 
 
-def check_against_tasks(records: list[dict], tasks: list[str], where: str) -> set[int]:
-    """The task indices these records finish; refuses an index out of range, twice, or for another task."""
-    done: set[int] = set()
-    for rec in records:
-        i = rec["index"]
-        if i >= len(tasks):
-            raise RunFileError(f"{where}: result for task {i}, but the tasks file has {len(tasks)} tasks")
-        if i in done:
-            raise RunFileError(f"{where}: two results for task {i} (mixed runs?); cannot --resume from it")
-        if rec["task"] != tasks[i]:
-            raise RunFileError(f"{where}: the result for task {i} is for {rec['task'][:40]!r}, but task {i} is now "
-                               f"{tasks[i][:40]!r}")
-        done.add(i)
-    return done
+def check_against_tasks(scans: list[ResultScan], tasks: list[str]) -> set[int]:
+    """The task indices these result files finish; refuses (naming file and line) an index out of range,
+    one task twice (across all the files), or a record whose task is not the task at its index."""
+    done: dict[int, str] = {}
+    for scan in scans:
+        for n, rec in enumerate(scan.records, 1):
+            i, where = rec["index"], f"{scan.path} line {n}"
+            if i >= len(tasks):
+                raise RunFileError(f"{where}: result for task {i}, but the tasks file has {len(tasks)} tasks")
+            if i in done:
+                raise RunFileError(f"{where}: a second result for task {i} (the first: {done[i]}; mixed runs?); "
+                                   f"cannot --resume from it")
+            if rec["task"] != tasks[i]:
+                raise RunFileError(f"{where}: the result for task {i} is for {rec['task'][:40]!r}, but task {i} is "
+                                   f"now {tasks[i][:40]!r}")
+            done[i] = where
+    return set(done)
 
 
 def cut_torn_tail(scan: ResultScan) -> None:
@@ -294,8 +297,8 @@ def write_run_file(out: Path, settings: dict, info: dict) -> None:
     tmp.replace(path)
 
 
-def read_run_settings(out: Path) -> dict | None:
-    """The settings stored beside `out`, None if there is no run file."""
+def read_run_file(out: Path) -> dict | None:
+    """The run file stored beside `out` ({"format", "settings", "info"[, "failed"]}), None if there is none."""
     path = run_file(out)
     if not path.exists():
         return None
@@ -305,7 +308,19 @@ def read_run_settings(out: Path) -> dict | None:
         raise RunFileError(f"{path}: not a batchmask run file ({e})") from None
     if not isinstance(obj, dict) or obj.get("format") != RUN_FORMAT or not isinstance(obj.get("settings"), dict):
         raise RunFileError(f"{path}: not a batchmask run file (expected format {RUN_FORMAT!r})")
-    return obj["settings"]
+    return obj
+
+
+def mark_run_failed(out: Path, reason: str) -> None:
+    """Record in OUT.run.json that the run stopped on an error: its lines may be wrong, so --resume refuses them."""
+    obj = read_run_file(out)
+    if obj is None:
+        return
+    obj["failed"] = reason[:300]
+    path = run_file(out)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")       # ranks may fail at once: one temporary each
+    tmp.write_text(json.dumps(obj, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
 
 
 def setting_differences(old: dict, new: dict) -> list[str]:
@@ -321,10 +336,14 @@ def setting_differences(old: dict, new: dict) -> list[str]:
 
 def check_run_settings(out: Path, settings: dict) -> None:
     """--resume: refuse unless OUT.run.json holds exactly these settings (naming every difference)."""
-    old = read_run_settings(out)
-    if old is None:
+    stored = read_run_file(out)
+    if stored is None:
         raise RunFileError(f"{run_file(out)} is missing, so the settings that wrote {out} are unknown; "
                            f"cannot --resume (rerun with --force to start over)")
+    if "failed" in stored:
+        raise RunFileError(f"the run that wrote {out} stopped on an error ({stored['failed']}), so its lines cannot "
+                           f"be trusted; cannot --resume (rerun with --force to start over)")
+    old = stored["settings"]
     diff = setting_differences(old, settings)
     if diff:
         raise RunFileError(f"{out} was written with other settings ({'; '.join(diff)}); --resume needs the same "

@@ -169,7 +169,7 @@ def test_resume_refuses_duplicate_or_foreign_records(files, full, tmp_path, caps
     out.write_bytes(out.read_bytes() + first)                          # two runs interleaved
     before = out.read_bytes()
     assert main(gen_args(files, out, "--resume")) == 2
-    assert "two results for task 0" in one_error(capsys)
+    assert "line 4: a second result for task 0 (the first: " in one_error(capsys)
     assert out.read_bytes() == before
 
 
@@ -209,6 +209,27 @@ def test_resume_accepts_display_flags_and_the_run_file_is_beside_the_output(file
     stored = json.loads(runfiles.run_file(full).read_text())
     assert stored["settings"]["seed"] == 0 and stored["settings"]["tasks"].startswith("10 tasks")
     assert all(set(json.loads(x)) >= set(runfiles.RESULT_FIELDS) for x in full.read_text().split("\n") if x)
+
+
+def test_resume_refuses_the_lines_of_a_run_that_stopped_on_an_error(files, full, tmp_path, capsys, monkeypatch):
+    from batchmask.generation import BatchGenerator
+    real, seen = BatchGenerator._result, []
+
+    def failing(self, *a):                      # the fourth result finds something wrong (say, an illegal token)
+        if len(seen) == 3:
+            raise RuntimeError("row 1 was fed an illegal token")
+        seen.append(1)
+        return real(self, *a)
+    monkeypatch.setattr(BatchGenerator, "_result", failing)
+    out = tmp_path / "o.jsonl"
+    assert main(gen_args(files, out)) == 2
+    assert "illegal token" in one_error(capsys) and len(records(out)) <= 3         # those before it, in order
+    monkeypatch.setattr(BatchGenerator, "_result", real)
+    before = out.read_bytes()
+    assert main(gen_args(files, out, "--resume")) == 2
+    assert "stopped on an error (RuntimeError: row 1 was fed an illegal token)" in one_error(capsys)
+    assert out.read_bytes() == before
+    assert main(gen_args(files, out, "--force")) == 0 and records(out) == records(full)
 
 
 def test_resume_without_a_run_file_is_refused(files, full, tmp_path, capsys):
