@@ -82,18 +82,9 @@ def task_seed(seed: int, index: int) -> int:
 
 # --- memory ---------------------------------------------------------------------------------------
 def kv_cache_bytes(config, batch_size: int, context: int, dtype) -> int:
-    """Bytes of the static K and V caches for `batch_size` rows of `context` positions (models' if it has one)."""
-    try:
-        from batchmask.models.llama import kv_cache_bytes as models_kv_cache_bytes
-    except ImportError:
-        models_kv_cache_bytes = None
-    if models_kv_cache_bytes is not None:
-        return int(models_kv_cache_bytes(config, batch_size, context, dtype))
-    return 2 * config.n_layers * batch_size * config.n_kv_heads * context * config.head_dim * _itemsize(dtype)
-
-
-def _itemsize(dtype) -> int:
-    return int(getattr(dtype, "itemsize", 4))
+    """Bytes of the static K and V caches for `batch_size` rows of `context` positions (the model's own count)."""
+    from batchmask.models.llama import kv_cache_bytes as model_kv_cache_bytes
+    return int(model_kv_cache_bytes(config, batch_size, context, dtype))
 
 
 def generation_bytes(config, batch_size: int, max_new_tokens: int, dtype) -> tuple[int, int]:
