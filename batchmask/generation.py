@@ -20,10 +20,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from batchmask.models import sampling
-
 from .limits import check_batch_fits, reduce_seed, task_seed
-from .masker import BatchMasker
+from .masker import BatchMasker, sample_unmasked
 from .prompt import parse_call, render_prompt
 from .registry import ToolRegistry
 
@@ -131,14 +129,12 @@ class BatchGenerator:
     def _sample(self) -> torch.Tensor:
         c = self.config
         if self.masker is not None:
-            if c.record_counts:
-                counts = self.masker.apply_(self.logits)          # masked in place; counts before the draw
-                tokens = self.masker.sample(self.logits, c.temperature, c.top_p, c.seed)
-                self.counts[self.rows, self.n_gen.clamp(max=c.max_new_tokens)] = counts.to(torch.int32)
-            else:
-                tokens = self.masker.sample(self.logits, c.temperature, c.top_p, c.seed)
-        else:
-            tokens = sampling.sample(self.logits, self.seeds, self.n_gen, c.temperature, c.top_p)
+            tokens = self.masker.sample(self.logits, c.temperature, c.top_p, c.seed)   # from unmasked logits
+            if c.record_counts:                                   # the legal counts before the draw
+                self.counts[self.rows, self.n_gen.clamp(max=c.max_new_tokens)] = self.masker.legal_counts
+        else:   # the free arm: the same sampler, noise and keys (task seed, step) with the mask off
+            tokens = sample_unmasked(self.logits, self.seeds, self.n_gen, c.temperature, c.top_p, c.seed,
+                                     vocab_size=min(len(self.tokenizer.token_bytes), self.logits.shape[1]))
             if c.record_counts:
                 self.counts[self.rows, self.n_gen.clamp(max=c.max_new_tokens)] = self.logits.shape[1]
         return tokens

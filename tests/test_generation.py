@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from batchmask.models.checkpoint import ModelConfig, random_weights, write_checkpoint
 from batchmask.models.llama import Transformer
 from batchmask.models.tokenizer import Tokenizer
@@ -99,19 +100,66 @@ def test_two_thousand_constrained_generations_all_parse():
     assert cut > 0                                    # the ceiling was hit and finish() made them parse
 
 
-def test_free_arm_runs_through_the_same_code():
+def legal_prefix(grammar, ids: list[int]) -> int:
+    """How many of ids the grammar accepts in turn from its start state (the index of the first it forbids)."""
+    state = torch.tensor([int(grammar.start)])
+    for i, t in enumerate(ids):
+        state = grammar.next_state(state, torch.tensor([t]))
+        if int(state[0]) < 0:
+            return i
+    return len(ids)
+
+
+def both_arms(model, tok, registry, grammar, tasks, **config):
+    arms = []
+    for constrain in (True, False):
+        gen = BatchGenerator(model, tok, registry, grammar if constrain else None,
+                             GenerationConfig(constrain=constrain, **config))
+        res = []
+        gen.run(tasks, on_result=res.append)
+        arms.append([r.token_ids for r in res])
+    return arms
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_free_arm_draws_the_constrained_tokens_until_it_leaves_the_grammar(temperature):
+    """The ablation's arms differ only by the mask: the same sampler, noise and keys (task, step), so with the
+    same seed the free arm emits exactly the constrained arm's tokens up to its first token the grammar
+    forbids (and from there on they differ). The embedded model stays in the grammar for long stretches."""
+    from batchmask.models.llama import load_checkpoint
+    from batchmask.models.tokenizer import load_tokenizer
+
+    from batchmask.cli import DEFAULT_DIR
+    tok = load_tokenizer(str(DEFAULT_DIR / "tokenizer.model"))
+    model = load_checkpoint(DEFAULT_DIR / "model.bin")
+    registry = ToolRegistry.defaults()
+    grammar = compile_grammar(registry, tok, max_string=24)
+    tasks = ["read the file notes.txt", "what is 12 plus 30", "list the folder docs", "say hello to Ann",
+             "compute 7 times 8", "write hi to out.txt"]
+    constrained, free = both_arms(model, tok, registry, grammar, tasks, batch_size=3, max_new_tokens=40,
+                                  temperature=temperature, seed=11)
+    compared = 0
+    for c, f in zip(constrained, free):
+        k = legal_prefix(grammar, f)
+        assert c[:k] == f[:k]
+        if k < len(f):
+            assert legal_prefix(grammar, c) == len(c) and c[k] != f[k]
+        compared += k
+    assert compared >= 60, compared  # long stretches compared, not a vacuous check
+
+
+def test_free_arm_of_a_random_model_leaves_the_grammar_at_once_and_agrees_before():
+    """A random model's free arm writes illegal tokens early: the arms agree exactly up to there."""
     tok = small_tokenizer()
     registry = ToolRegistry.defaults()
     model = random_model(tok.vocab_size, seed=3)
-    gen = BatchGenerator(model, tok, registry, None, GenerationConfig(batch_size=4, max_new_tokens=10,
-                                                                     constrain=False))
-    results = []
-    gen.run(["a", "b", "c", "d", "e"], on_result=results.append)
-    assert len(results) == 5
-    for r in results:
-        call, err = parse_call(r.text, registry)
-        assert (r.call, r.error) == (call, err)
-        assert r.tokens <= 10
+    grammar = compile_grammar(registry, tok, max_string=8)
+    constrained, free = both_arms(model, tok, registry, grammar, [f"t{i}" for i in range(6)], batch_size=4,
+                                  max_new_tokens=10, temperature=0.8, seed=2)
+    cut = [legal_prefix(grammar, f) for f in free]
+    assert any(k < len(f) for k, f in zip(cut, free))  # the free arm did leave the grammar
+    for k, c, f in zip(cut, constrained, free):
+        assert c[:k] == f[:k] and legal_prefix(grammar, c) == len(c)
 
 
 def test_continuous_and_static_batching_give_the_same_greedy_calls():
