@@ -122,11 +122,26 @@ def cmd_generate(args) -> int:
     out_path = Path(args.out) if args.out and args.out != "-" else None
     if args.resume and out_path is None:
         raise ValueError("--resume needs --out FILE")
+    if out_path is not None:
+        check_not_an_input(out_path, args)
     taskfile = read_tasks(args.tasks, args.tasks_format)
     dist = distributed.setup(args.device)
     # the output is locked and checked before the model loads, so a clash is refused at once
     with distributed.Output(out_path, dist, resume=args.resume, force=args.force) as output:
         return _generate(args, dist, taskfile, output)
+
+
+def check_not_an_input(out_path: Path, args) -> None:
+    """--out naming one of the run's own input files is a slip (--force would destroy it): refused."""
+    from .fingerprint import FILE_FLAGS
+    for name in sorted({"tasks", "checkpoint", "tokenizer", *FILE_FLAGS}):
+        value = getattr(args, name, None)
+        try:
+            same = value not in (None, "-") and out_path.exists() and os.path.samefile(out_path, value)
+        except OSError:
+            same = False
+        if same:
+            raise ValueError(f"--out {out_path} is the --{name.replace('_', '-')} file; write the results elsewhere")
 
 
 def _generate(args, dist, taskfile, output) -> int:
@@ -266,7 +281,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _eos_arg(p):
-    p.add_argument("--eos-id", type=int, help="the end-of-sequence token id, for a vocabulary whose files name none "
+    p.add_argument("--eos-id", type=int_arg(0, limits.MAX_TOKENS),
+                   help="the end-of-sequence token id, for a vocabulary whose files name none "
                    "(the end tokens they do name stay stop ids)")
 
 
@@ -348,6 +364,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--device", default="cpu")
     c.add_argument("--out", help="cache file to write")
     c.set_defaults(func=cmd_compile)
+
+    from . import kernel_check  # check-kernels lives in its own module (ahead-of-time compile of the kernels)
+    k = sub.add_parser("check-kernels", help="compile the Triton kernels ahead of time: registers, spills")
+    kernel_check.add_arguments(k)
+    k.set_defaults(func=lambda args: kernel_check.run(args.arch, args.jobs))
     return ap
 
 

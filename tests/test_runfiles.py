@@ -316,6 +316,22 @@ def test_output_in_a_missing_directory_or_a_directory_is_one_line(files, tmp_pat
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("flag", ["--tasks", "--checkpoint", "--tools"])
+def test_out_naming_an_input_file_is_refused_even_with_force(files, tmp_path, capsys, flag):
+    victim = tmp_path / "input"
+    victim.write_bytes((files / {"--tasks": "tasks.txt", "--checkpoint": "model.bin", "--tools": "tools.json"}[flag])
+                       .read_bytes())
+    before = victim.read_bytes()
+    args = gen_args(files, victim, "--force")
+    if flag in args:
+        args[args.index(flag) + 1] = str(victim)
+    else:
+        args += [flag, str(victim)]
+    assert main(args) == 2
+    assert f"is the {flag} file" in one_error(capsys)
+    assert victim.read_bytes() == before
+
+
 def test_jsonl_max_new_tokens_above_the_context_names_the_line(files, tmp_path, capsys):
     tasks = tmp_path / "t.jsonl"
     tasks.write_text('{"task": "a"}\n{"task": "b", "max_new_tokens": 100000}\n')
