@@ -379,8 +379,11 @@ def _env():
 def test_sigint_during_imports_and_model_load_exits_130_without_a_traceback(files, tmp_path):
     out = tmp_path / "o.jsonl"
     cmd = [sys.executable, "-m", "batchmask", *gen_args(files, out)]
-    # (from 0.15 s on: before that, Python may still be starting and not yet running batchmask's first line)
-    for delay in (0.15, 0.3, 0.6, 1.2):
+    # Before batchmask's first line runs, a Ctrl-C is Python's own: start after twice a bare interpreter's startup
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "pass"], env=_env(), check=True)
+    start = 2 * (time.perf_counter() - t)
+    for delay in (start, start + 0.2, start + 0.5, start + 1.0):
         proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         time.sleep(delay)
