@@ -327,3 +327,53 @@ def test_json_literal_matches_json_dumps():
     for bad in (float("nan"), "\ud800", {1: 2}, object()):
         with pytest.raises(ValueError):
             json_literal(bad)
+
+
+# --- (a) on generated schemas ---------------------------------------------------------------------
+def _leaf():
+    bound = st.one_of(st.none(), st.integers(-500, 500), st.sampled_from([0.5, -2.25, 7.125]))
+
+    def numeric(t, lo, hi, ex):
+        s = {"type": t}
+        if lo is not None:
+            s["exclusiveMinimum" if ex else "minimum"] = lo
+        if hi is not None:
+            s["maximum"] = hi if lo is None else max(hi, lo + 1)
+        return s
+    strings = st.builds(lambda lo, span: {"type": "string", "minLength": lo, "maxLength": lo + span},
+                        st.integers(0, 3), st.integers(0, 5))
+    patterns = st.builds(lambda p: {"type": "string", "pattern": p},
+                         st.sampled_from(["^[a-c\"]{1,3}x?$", "^(\\d\\d|[é\\\\])+$", "b.c"]))
+    return st.one_of(
+        strings, patterns,
+        st.builds(lambda f: {"type": "string", "format": f}, st.sampled_from(["date", "time", "date-time", "uuid"])),
+        st.builds(numeric, st.sampled_from(["integer", "number"]), bound, bound, st.booleans()),
+        st.just({"type": "boolean"}), st.just({"type": "null"}),
+        st.builds(lambda n: {"type": ["string", "null"], "maxLength": n}, st.integers(0, 4)),
+        st.builds(lambda vs: {"enum": vs}, st.lists(st.one_of(st.none(), st.integers(-9, 9), json_text),
+                                                    min_size=1, max_size=4)))
+
+
+def _containers(inner):
+    keys = st.sampled_from(["a", "b", "é", 'q"', "k\\", "a b"])
+    arrays = st.builds(lambda it, lo, span: {"type": "array", "items": it, "minItems": lo, "maxItems": lo + span},
+                       inner, st.integers(0, 2), st.integers(0, 3))
+    objects = st.builds(lambda props, req: {"type": "object", "properties": dict(props),
+                                            "required": [k for k, _ in props][:req]},
+                        st.lists(st.tuples(keys, inner), max_size=3, unique_by=lambda kv: kv[0]), st.integers(0, 3))
+    unions = st.builds(lambda bs: {"anyOf": bs}, st.lists(inner, min_size=1, max_size=3))
+    return st.one_of(arrays, objects, unions)
+
+
+generated_schemas = st.recursive(_leaf(), _containers, max_leaves=6)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schema=generated_schemas, seed=st.integers(0, 2 ** 16), spaced=st.booleans())
+def test_walks_of_generated_schemas_validate(schema, seed, spaced):
+    try:
+        schema_node(schema)
+    except Exception as e:
+        assert "no value satisfies" in str(e), e          # only an empty language may be refused here
+        return
+    check_walks(schema, n=15, seed=seed, separators=(", ", ": ") if spaced else (",", ":"))
