@@ -76,7 +76,7 @@ class Automaton:
 def byte_table(aut: Automaton, token_len: int):
     """The byte transitions of the states a token's bytes can reach from an explicit state.
 
-    Returns (delta int64 [Sc, 256] in compact ids, -1 illegal; to_compact int64 [S], -1 for states
+    Returns (delta int32 [Sc, 256] in compact ids, -1 illegal; to_compact int64 [S], -1 for states
     left out; from_compact int64 [Sc]). A token of at most `token_len` bytes that enters a block at
     count n never gets past count n + token_len - 1, so each block needs rows only that deep; the
     deeper cells are handled by the table builder's per-token arithmetic instead. The table thus
@@ -87,9 +87,9 @@ def byte_table(aut: Automaton, token_len: int):
     for blk in aut.blocks:
         keep[blk.base:blk.base + blk.size] = blk.ns < min(blk.max + 1, blk.entry_depth + max(token_len, 1))
     from_compact = np.flatnonzero(keep)
-    to_compact = np.full(S + 1, -1, dtype=np.int64)          # index S (= -1 wrapped) stays -1
+    to_compact = np.full(S + 1, -1, dtype=np.int32)          # index S (= -1 wrapped) stays -1
     to_compact[from_compact] = np.arange(len(from_compact))
-    delta = np.full((len(from_compact), 256), -1, dtype=np.int64)
+    delta = np.full((len(from_compact), 256), -1, dtype=np.int32)
     e = aut.edges
     if len(e):
         delta[to_compact[e[:, 0]], e[:, 1]] = to_compact[e[:, 2]]
@@ -101,11 +101,10 @@ def byte_table(aut: Automaton, token_len: int):
         q2 = vt.table[qs]                                      # [Nb, 256] sub-state after each byte
         n2 = ns + vt.inc[qs]                                   # [Nb, 256] count after it
         ok = stays_ok(vt, n2, q2, blk.max)
-        grid_pad = np.vstack([blk.grid, np.full((1, blk.grid.shape[1]), -1)])       # row max+1: past the cap
-        target = grid_pad[np.minimum(n2, blk.max + 1), np.maximum(q2, 0)]
-        delta[rows] = np.where(ok & (target >= 0), to_compact[target], -1)
+        target = blk.grid[np.minimum(n2, blk.max), np.maximum(q2, 0)]
+        delta[rows] = np.where(ok, to_compact[target], -1)
         ends = close_ok(vt, blk.ns[sel], qs, blk.min, blk.max)
         exit_bytes = np.flatnonzero(blk.exits >= 0)
         if len(exit_bytes) and ends.any():
             delta[np.ix_(rows[ends], exit_bytes)] = to_compact[blk.exits[exit_bytes]][None, :]
-    return delta, to_compact[:S], from_compact
+    return delta, to_compact[:S].astype(np.int64), from_compact

@@ -23,7 +23,13 @@ def classes_of(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     top = int(shifted.max()) + 1
     gen = torch.Generator().manual_seed(K)
     weights = torch.randint(1, 1 << 20, (K, 2), generator=gen).to(dev)
-    if top * (1 << 20) * K < (1 << 62) and K > 1:
+    if top * (1 << 20) * K < (1 << 52) and K > 1:
+        # exact dot products as a float64 matmul (every partial sum is an integer below 2^53)
+        h = (shifted.double() @ weights.double()).long()                                # [V, 2]
+        key1d = h[:, 0] * (1 << 21) + torch.remainder(h[:, 1], 1 << 21) if int(h.max()) < (1 << 41) \
+            else h[:, 0] ^ (h[:, 1] << 17)
+        _, inverse = torch.unique(key1d, return_inverse=True)
+    elif top * (1 << 20) * K < (1 << 62) and K > 1:
         # exact int64 dot products (CPU int64 matmul has no fast path: multiply and sum instead)
         h = torch.stack([(shifted * weights[:, j]).sum(1) for j in range(2)], 1)        # [V, 2]
         key1d = h[:, 0] * (1 << 21) + torch.remainder(h[:, 1], 1 << 21) if int(h.max()) < (1 << 41) \

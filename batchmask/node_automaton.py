@@ -88,7 +88,7 @@ class _NFA:
             return opts[0] if len(opts) == 1 else self._add(ALT, opts, -1)
         if isinstance(node, ByteSet):
             mask = bytes(node.mask)
-            if len(mask) != 256 or any(v > 1 for v in mask):
+            if len(mask) != 256 or max(mask) > 1:
                 raise GrammarBuildError(f"{where}: ByteSet.mask must be 256 bytes of 0/1, got {len(mask)} bytes")
             return self._add(BYTE, self._mask(mask), k)
         if isinstance(node, Repeat):
@@ -269,10 +269,15 @@ class _Subsets:
             return t
 
         bytes_of = [np.flatnonzero(self.byte_class == c) for c in range(self.num_classes)]
-        parts = [np.empty((0, 3), dtype=np.int64)]
-        for s, c, t in cls_edges:
-            b = bytes_of[c]
-            parts.append(np.stack([np.full(len(b), s), b, np.full(len(b), resolve(t))], 1))
+        # (state, class, target) -> (state, byte, target): each class spread to its bytes
+        order = np.argsort(self.byte_class, kind="stable")                      # bytes grouped by class
+        size = np.bincount(self.byte_class, minlength=self.num_classes)
+        first = np.cumsum(size) - size
+        e = np.array([(s, c, resolve(t)) for s, c, t in cls_edges], dtype=np.int64).reshape(-1, 3)
+        reps = size[e[:, 1]]
+        k = np.repeat(np.arange(len(e)), reps)
+        rank = np.arange(len(k)) - np.repeat(np.cumsum(reps) - reps, reps)
+        edges = np.stack([e[k, 0], order[first[e[k, 1]] + rank], e[k, 2]], 1)
         for j, moves in exit_edges.items():
             blk = block_of[j]
             for c, t in moves:
@@ -280,7 +285,7 @@ class _Subsets:
             blk.check(f"grammar: {blk.vt.name} value")
         accepting = np.array([i for i, el in enumerate(states) if nfa.end in el], dtype=np.int64)
         src = _NodeSource(nfa, states, blocks, self)
-        return Automaton(num_states=base, start=resolve(start), edges=np.concatenate(parts).astype(np.int64),
+        return Automaton(num_states=base, start=resolve(start), edges=edges,
                          blocks=blocks, accepting=accepting, source=src, utf8=nfa.utf8)
 
 

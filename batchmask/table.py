@@ -29,16 +29,19 @@ from .tokensim import STAYS, STOPS, VocabPrep, after_stops, explicit_columns
 from .values import close_ok, stays_ok
 
 
-def far_mask(blk, token_len, dev) -> torch.Tensor:
+def far_mask(blk, reach, dev) -> torch.Tensor:
     """bool [Nb]: cells whose every move lands inside the block's full rows, away from the cap.
 
-    From such a cell a token's move depends on (q, token) only (rows shared by shift). With
-    `token_len` None no cell is far (every cell gets its own row: the plain table).
+    `reach`: the most units a token adds from each sub-state (int64 [Q], or one int for all). From
+    such a cell a token's move depends on (q, token) only (rows shared by shift). With `reach`
+    None no cell is far (every cell gets its own row: the plain table).
     """
     ns = torch.as_tensor(blk.ns, device=dev)
-    if token_len is None:
+    if reach is None:
         return torch.zeros_like(ns, dtype=torch.bool)
-    return (ns >= blk.vt.far_from(blk.min)) & (ns + token_len + blk.vt.max_pending <= blk.max)
+    if isinstance(reach, torch.Tensor):
+        reach = reach.to(dev)[torch.as_tensor(blk.qs, device=dev)]
+    return (ns >= blk.vt.far_from(blk.min)) & (ns + reach + blk.vt.max_pending <= blk.max)
 
 
 def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
@@ -69,11 +72,13 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     after_ev = {name: after_stops(sigs[name], [aut.blocks[k] for k in ks], delta, to_c, from_c, vocab)
                 for name, ks in blocks_of.items()}                                     # [B_vt, E_vt]
 
-    # Token key: role (eos / other stop / text), explicit columns, signatures, what follows a value.
+    # Token keys: first how a token behaves in block cells (role: eos / other stop / text; its
+    # signatures; what follows a value it ends), then with its explicit columns as well. Block
+    # rows are computed per value class (far fewer than classes), then spread to the classes.
     role = torch.zeros(V, dtype=torch.int64, device=dev)
     role[list(prep.stop_ids)] = 2
     role[prep.eos_id] = 1
-    parts = [role, sparse_classes(tok, src, nxt, V)]
+    parts = [role]
     a_tok, a_col, a_val = [], [], []
     Qmax = max([vt.num_substates for vt in vts], default=1)
     for vt in vts:
@@ -88,14 +93,18 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
             a_val.append(val[ok])
     if a_tok:
         parts.append(sparse_classes(torch.cat(a_tok), torch.cat(a_col), torch.cat(a_val), V))
-    token_class, rep = classes_of(torch.stack(parts, 1))
+    value_class, value_rep = classes_of(torch.stack(parts, 1))                         # [V], [Cv]
+    token_class, rep = classes_of(torch.stack([value_class, sparse_classes(tok, src, nxt, V)], 1))
     C = len(rep)
+    spread = value_class[rep]                                                          # [C] value class of each
     class_size = torch.bincount(token_class, minlength=C)
+    value_size = torch.bincount(value_class, minlength=len(value_rep))
     rep_pos = torch.full((V,), -1, dtype=torch.int64, device=dev)
     rep_pos[rep] = torch.arange(C, device=dev)
 
     # Rows: explicit states, block cells (one per sub-state for far cells), done.
-    ex_rows = torch.full((len(explicit), C), -1, dtype=torch.int64, device=dev)
+    E = len(explicit)
+    ex_rows = torch.full((E, C), -1, dtype=torch.int64, device=dev)
     sel = rep_pos[tok] >= 0
     ex_rows[row_of_explicit[src[sel]], rep_pos[tok[sel]]] = nxt[sel]
     stop_classes = torch.unique(token_class[list(prep.stop_ids)])
@@ -105,24 +114,39 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     done_row[0, token_class[prep.eos_id]] = done           # a finished row stays finished, emitting eos
 
     def value_part(far_fn):
-        return _value_rows(aut, sigs, after_ev, blocks_of, rep, far_fn, vocab.max_len, dev)
+        return _value_rows(aut, sigs, after_ev, blocks_of, value_rep, far_fn, dev)
 
-    value_ids, value_rows, within = value_part(far)
-    rows = torch.cat([ex_rows, value_rows, done_row])                                  # [n_rows, C] absolute
-    row_state = torch.cat([explicit, value_ids, torch.tensor([done], device=dev)])
-    if bool((((rows >= 0) & (class_size > 0)[None, :]).sum(1) == 0).any()):
+    value_ids, value_rows, within = value_part(far)                                    # [Nk, Cv]
+    dead = (((ex_rows >= 0) & (class_size > 0)[None, :]).sum(1) == 0).any() | \
+        (((value_rows >= 0) & (value_size > 0)[None, :]).sum(1) == 0).any()
+    state_row = torch.full((S + 1,), -1, dtype=torch.int64, device=dev)
+    if not bool(dead):
+        codes = torch.where(within, encode_relative(value_rows, value_ids[:, None]), value_rows)
+        v_row, v_uniq = classes_of(codes)                                              # equal cell rows once
+        allc = torch.cat([ex_rows, codes[v_uniq][:, spread], done_row])                # [E + Rv + 1, C]
+        row_of, uniq = classes_of(allc)
+        row_next = allc[uniq]
+        state_row[explicit] = row_of[:E]
+        state_row[value_ids] = row_of[E + v_row]
+        state_row[done] = row_of[-1]
+        _share_far(aut, state_row, far, sigs)
+    else:
         # Some state has no way out (a vocabulary without some bytes): prune on the full table.
         value_ids, value_rows, within = value_part(lambda blk, n, d: far(blk, None, d))
-        rows = torch.cat([ex_rows, value_rows, done_row])
-        row_state = torch.cat([explicit, value_ids, torch.tensor([done], device=dev)])
         full = torch.full((S + 1, C), -1, dtype=torch.int64, device=dev)
-        full[row_state] = rows
+        full[explicit] = ex_rows
+        full[value_ids] = value_rows[:, spread]
+        full[done] = done_row[0]
         finals = torch.cat([acc, torch.tensor([done], device=dev)])
-        rows = _prune_dead_ends(full, class_size, finals)[row_state]
-    relative = torch.zeros_like(rows, dtype=torch.bool)
-    relative[len(explicit):len(explicit) + len(value_ids)] = within
-    relative &= rows >= 0                                   # pruning may have cut some
-    state_row, row_next = _factor_rows(aut, rows, row_state, relative, S + 1, far, vocab.max_len)
+        full = _prune_dead_ends(full, class_size, finals)
+        relative = torch.zeros_like(full, dtype=torch.bool)
+        relative[value_ids] = within[:, spread]
+        relative &= full >= 0
+        states = torch.arange(S + 1, device=dev)[:, None]
+        codes = torch.where(relative, encode_relative(full, states), full)
+        state_row, uniq = classes_of(codes)
+        row_next = codes[uniq]
+    assert int(state_row.min()) >= 0, "every state has a row"
     # Merge classes whose columns came out equal (keys are sufficient, not necessary), then number
     # classes and rows by first use, so equal grammars give equal tables whatever the hashing did.
     merged, col_rep = classes_of(row_next.T.contiguous())
@@ -139,43 +163,55 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
                 final=final, done_state=done)
 
 
-def _value_rows(aut, sigs, after_ev, blocks_of, rep, far, token_len, dev):
+def _value_rows(aut, sigs, after_ev, blocks_of, rep, far, dev):
     """Next states from block cells for the C class representatives.
 
     Returns (state ids [N], rows int64 [N, C], within bool [N, C]): `within` marks moves that stay
     inside the value (the only ones whose target is a fixed shift of the state). Far cells
     (see far_mask) are represented by the first of them per sub-state; the rest share its row.
+    All blocks of one value type are done together: cells concatenated, their grids too.
     """
     C = len(rep)
     ids_out, rows, within = [], [], []
-    index_in_vt = {k: j for ks in blocks_of.values() for j, k in enumerate(ks)}
-    for k, blk in enumerate(aut.blocks):     # a loop over blocks (one per value body), not over tokens
-        vt = blk.vt.on(dev)
-        Q = vt.num_substates
-        sig = sigs[vt.name]
-        fm = far(blk, token_len, dev)
-        qs_all = torch.as_tensor(blk.qs, device=dev)
-        keep = ~fm
-        if bool(fm.any()):                   # keep the first far cell of each sub-state
-            idx = torch.arange(len(fm), device=dev)
-            first = torch.full((Q,), len(fm), dtype=torch.int64, device=dev)
-            first.scatter_reduce_(0, qs_all[fm], idx[fm], reduce="amin")
-            keep[first[first < len(fm)]] = True
-        sel = torch.nonzero(keep).flatten()
-        ns = torch.as_tensor(blk.ns, device=dev)[sel][:, None]               # [Nb, 1]
-        qs = qs_all[sel]                                                     # [Nb]
-        out = sig.out[:, rep].index_select(0, qs)                            # [Nb, C]
-        n2 = ns + sig.units[:, rep].index_select(0, qs)                      # [Nb, C] units after the token
-        q2 = sig.q_end[:, rep].index_select(0, qs)                           # [Nb, C]
-        grid = torch.as_tensor(blk.grid, device=dev).reshape(-1)             # [(max+1) * Q]
-        stays = (out == STAYS) & stays_ok(vt, n2, q2, blk.max)
-        inside = grid.index_select(0, (n2.clamp(max=blk.max) * Q + q2.clamp(min=0)).reshape(-1)).view_as(n2)
-        ev = sig.ev_of[:, rep].index_select(0, qs)                           # [Nb, C]
-        aft = after_ev[vt.name][index_in_vt[k]]
-        after = torch.where(ev >= 0, aft[ev.clamp(min=0)] if len(aft) else ev, -1)
-        closes = (out == STOPS) & close_ok(vt, n2, q2.clamp(min=0), blk.min, blk.max) & (after >= 0)
+    for name, ks in blocks_of.items():
+        vt = aut.blocks[ks[0]].vt.on(dev)
+        Q, sig = vt.num_substates, sigs[name]
+        sel_n, sel_q, sel_id, sel_j, grids, gstart = [], [], [], [], [], [0]
+        for j, k in enumerate(ks):           # a loop over blocks (one per value body), not over tokens
+            blk = aut.blocks[k]
+            fm = far(blk, sig.reach, dev)
+            qs_all = torch.as_tensor(blk.qs, device=dev)
+            keep = ~fm
+            if bool(fm.any()):               # keep the first far cell of each sub-state
+                idx = torch.arange(len(fm), device=dev)
+                first = torch.full((Q,), len(fm), dtype=torch.int64, device=dev)
+                first.scatter_reduce_(0, qs_all[fm], idx[fm], reduce="amin")
+                keep[first[first < len(fm)]] = True
+            sel = torch.nonzero(keep).flatten()
+            sel_n.append(torch.as_tensor(blk.ns, device=dev)[sel])
+            sel_q.append(qs_all[sel])
+            sel_id.append(blk.base + sel)
+            sel_j.append(torch.full_like(sel, j))
+            grids.append(torch.as_tensor(blk.grid, device=dev).reshape(-1))
+            gstart.append(gstart[-1] + grids[-1].numel())
+        cj = torch.cat(sel_j)                                                # [Nk] block (within the type)
+        bounds = torch.tensor([[aut.blocks[k].min, aut.blocks[k].max] for k in ks], device=dev)
+        lo, hi = bounds[cj, 0][:, None], bounds[cj, 1][:, None]              # [Nk, 1]
+        qs = torch.cat(sel_q)
+        out = sig.out[:, rep].index_select(0, qs)                            # [Nk, C]
+        n2 = torch.cat(sel_n)[:, None] + sig.units[:, rep].index_select(0, qs)   # units after the token
+        q2 = sig.q_end[:, rep].index_select(0, qs)
+        grid = torch.cat(grids)
+        stays = (out == STAYS) & stays_ok(vt, n2, q2, hi)
+        at = torch.as_tensor(gstart[:-1], device=dev)[cj][:, None] + torch.minimum(n2, hi) * Q + q2.clamp(min=0)
+        inside = grid[at]
+        ev = sig.ev_of[:, rep].index_select(0, qs)                           # [Nk, C]
+        aft = after_ev[name]                                                 # [B_vt, E]
+        after = aft[cj[:, None], ev.clamp(min=0)] if aft.shape[1] else torch.full_like(ev, -1)
+        after = torch.where(ev >= 0, after, -1)
+        closes = (out == STOPS) & close_ok(vt, n2, q2.clamp(min=0), lo, hi) & (after >= 0)
         rows.append(torch.where(closes, after, torch.where(stays, inside, -1)))
-        ids_out.append(blk.base + sel)
+        ids_out.append(torch.cat(sel_id))
         within.append(stays)
     if not rows:
         return (torch.empty(0, dtype=torch.int64, device=dev), torch.empty((0, C), dtype=torch.int64, device=dev),
@@ -183,31 +219,24 @@ def _value_rows(aut, sigs, after_ev, blocks_of, rep, far, token_len, dev):
     return torch.cat(ids_out), torch.cat(rows), torch.cat(within)
 
 
-def _factor_rows(aut, rows, row_state, relative, S: int, far, token_len):
-    """Share rows between states: (state_row int64 [S], row_next int64 [R, C]).
+def _share_far(aut, state_row, far, sigs) -> None:
+    """Far cells not computed take the row of their sub-state's first far cell (see _value_rows).
 
-    In a block cell's row, a move that stays inside the value (`relative`) is stored relative to
-    the state (a value only grows, so the code is <= -3); every other move stays absolute; -1 is
-    illegal. Far cells then have identical rows per sub-state, and equal rows anywhere are stored
-    once: R stays in the hundreds whatever a value's cap is.
+    In a block cell's row a move that stays inside the value is stored relative to the state (a
+    value only grows, so the code is <= -2); every other move stays absolute; -1 is illegal. Far
+    cells then have identical rows per sub-state, and equal rows anywhere are stored once: R stays
+    in the hundreds whatever a value's cap is.
     """
-    dev = rows.device
-    codes = torch.where(relative, encode_relative(rows, row_state[:, None]), rows)           # [n_rows, C]
-    row_of, uniq = classes_of(codes)
-    row_next = codes[uniq]
-    state_row = torch.full((S,), -1, dtype=torch.int64, device=dev)
-    state_row[row_state] = row_of
-    if len(row_state) < S:
-        # Cells not computed share their sub-state's representative (see _value_rows).
-        for blk in aut.blocks:
-            ids = blk.base + torch.arange(blk.size, device=dev)
-            fm = far(blk, token_len, dev)
-            qs = torch.as_tensor(blk.qs, device=dev)
-            first_far = torch.full((blk.vt.num_substates,), -1, dtype=torch.int64, device=dev)
-            first_far.scatter_reduce_(0, qs[fm], ids[fm], reduce="amin", include_self=False)
-            state_row[ids[fm]] = state_row[first_far[qs[fm]]]
-    assert int(state_row.min()) >= 0, "every state has a row"
-    return state_row, row_next
+    dev = state_row.device
+    for blk in aut.blocks:
+        fm = far(blk, sigs[blk.vt.name].reach, dev)
+        if not bool(fm.any()):
+            continue
+        ids = blk.base + torch.arange(blk.size, device=dev)
+        qs = torch.as_tensor(blk.qs, device=dev)
+        first_far = torch.full((blk.vt.num_substates,), -1, dtype=torch.int64, device=dev)
+        first_far.scatter_reduce_(0, qs[fm], ids[fm], reduce="amin", include_self=False)
+        state_row[ids[fm]] = state_row[first_far[qs[fm]]]
 
 
 def _prune_dead_ends(table: torch.Tensor, class_size: torch.Tensor, final_states) -> torch.Tensor:

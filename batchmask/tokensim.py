@@ -69,6 +69,7 @@ class Signature:
     ev_pos: torch.Tensor       # int64 [E]: position of the byte that ends the value
     ev_byte: torch.Tensor      # int64 [E]: that byte
     sig_id: torch.Tensor       # int64 [V]: tokens with equal signatures from every sub-state share an id
+    reach: torch.Tensor        # int64 [Q]: the most units any token adds from each sub-state
 
 
 @dataclass
@@ -141,10 +142,11 @@ def run_tokens(delta: torch.Tensor, vocab: FlatVocab, start: torch.Tensor, tok: 
                offset: torch.Tensor) -> torch.Tensor:
     """Feed token `tok[p]` from byte `offset[p]` on, starting in state `start[p]`.
 
-    delta int64 [S, 256]; start/tok/offset int64 [P]. Returns int64 [P]: the state after the
+    delta int32/int64 [S, 256]; start/tok/offset int64 [P]. Returns int64 [P]: the state after the
     token's last byte, or -1. Only live pairs are carried from one byte to the next.
     """
     lengths = vocab.lengths
+    flat_delta = delta.reshape(-1)
     out = torch.full_like(start, -1)
     idx = torch.arange(len(start), device=start.device)
     state, pos = start.clone(), offset.clone()
@@ -153,7 +155,7 @@ def run_tokens(delta: torch.Tensor, vocab: FlatVocab, start: torch.Tensor, tok: 
     live = ~ended & (state >= 0)
     idx, state, pos, t = idx[live], state[live], pos[live], tok[live]
     while len(idx):
-        state = delta[state, vocab.byte_at(t, pos)]
+        state = flat_delta[state * 256 + vocab.byte_at(t, pos)].long()
         pos = pos + 1
         fin = pos >= lengths[t]
         out[idx[fin]] = state[fin]
@@ -224,7 +226,8 @@ def _signature(vt: ValueType, vocab: FlatVocab) -> Signature:
     ev_tok, ev_pos = uniq // (vocab.max_len + 1), uniq % (vocab.max_len + 1)
     ev_byte = vocab.flat[vocab.offset[ev_tok] + ev_pos]
     sig_id = classes_of(torch.cat([out, units, q_end, stop_pos]).T.contiguous())[0]
-    return Signature(out, units, q_end, ev_of, ev_tok, ev_pos, ev_byte, sig_id)
+    reach = torch.where(out != DIES, units, 0).amax(1)
+    return Signature(out, units, q_end, ev_of, ev_tok, ev_pos, ev_byte, sig_id, reach)
 
 
 def after_stops(sig: Signature, blocks: list, delta: torch.Tensor, to_compact: torch.Tensor,
