@@ -1,9 +1,12 @@
 """`pattern`: a regex subset compiled into JSON string body nodes.
 
-The subset (what jsonschema's Python `re.search` and ECMA-262 read alike):
+The subset, read as jsonschema reads it (Python's `re.search`); where ECMA-262 reads a construct
+otherwise it is refused, except `.`, which is Python's and llguidance's (ECMA-262 also excludes \r,
+U+2028 and U+2029):
     literal characters; `.` (any character but newline); classes `[abc]`, `[a-z]`, `[^...]`;
     escapes \\d [0-9], \\w [A-Za-z0-9_], \\s [ \\t\\n\\r\\f\\v] (ASCII only, in and out of classes),
-    \\n \\t \\r \\f \\v, \\xHH, \\uHHHH and any escaped punctuation (\\. \\\\ \\/ \\- ...);
+    \\n \\t \\r \\f \\v, \\xHH, \\uHHHH (not a surrogate) and any escaped punctuation
+    (\\. \\\\ \\/ \\- ...);
     groups (...) and (?:...); alternation |; quantifiers ? * + {m} {m,} {m,n}, lazy forms (same language);
     anchors: ^ only at the start of a top-level branch, $ only at its end.
 Anything else (backreferences, lookaround, \\b, \\D \\W \\S, flags, possessive quantifiers) is refused.
@@ -172,6 +175,8 @@ class _Parser:
                 self.fail(f"\\{c} needs {width} hex digits", start)
             self.i += width
             cp = int(digits, 16)
+            if 0xD800 <= cp <= 0xDFFF:              # Python's re and ECMA-262 read surrogate escapes apart
+                self.fail(f"\\{c}{digits} is a surrogate; write the character itself", start)
             return [(cp, cp)]
         if c.isascii() and not c.isalnum():
             return [(ord(c), ord(c))]

@@ -20,6 +20,7 @@ REFUSED = [   # (schema of the property "p", pointer under #/properties/p, what 
     ({"type": "string", "pattern": "(?i)a"}, "/pattern", "only (?:...) groups"),
     ({"type": "string", "pattern": "a{2"}, "/pattern", "'{' must start a quantifier"),
     ({"type": "string", "pattern": "a**"}, "/pattern", "a quantifier cannot follow"),
+    ({"type": "string", "pattern": "\\uD83D\\uDE00"}, "/pattern", "is a surrogate"),
     ({"type": "string", "pattern": "^[a-z]+[0-9]+$", "maxLength": 5}, "/maxLength", "matches 2..10 characters"),
     ({"type": "string", "format": "date", "pattern": "^2"}, "/pattern", "together with 'format'"),
     ({"type": "string", "format": "date", "maxLength": 8}, "/maxLength", "format 'date' matches 10..10"),
