@@ -26,8 +26,9 @@ from pathlib import Path
 
 import torch
 
-from . import runfiles
-from .runfiles import FileLock, RunFileError
+from . import fingerprint, runfiles
+from .locks import FileLock
+from .runfiles import RunFileError
 
 
 @dataclass
@@ -147,8 +148,8 @@ class Output:
     def _scan(self, settings: dict, tasks: list[str]) -> set[int]:
         out = self.out_path
         files = [p for p in [out, *runfiles.part_files(out)] if p.exists()]
-        if files or runfiles.run_file(out).exists():
-            runfiles.check_run_settings(out, settings)
+        if files or fingerprint.run_file(out).exists():
+            fingerprint.check_run_settings(out, settings)
         self.scans = [runfiles.scan_results(p) for p in files]
         return runfiles.check_against_tasks(self.scans, tasks)
 
@@ -173,13 +174,13 @@ class Output:
             for p in [out, *runfiles.part_files(out)]:
                 if p.exists():
                     p.unlink()
-        runfiles.write_run_file(out, settings, info)
+        fingerprint.write_run_file(out, settings, info)
 
     def mark_failed(self, error: BaseException) -> None:
         """The run stopped on an error after writing: --resume must not continue from its lines."""
         if self.out_path is not None:
             msg = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            runfiles.mark_run_failed(self.out_path, f"{type(error).__name__}: {msg}")
+            fingerprint.mark_run_failed(self.out_path, f"{type(error).__name__}: {msg}")
 
     def sink(self) -> Sink:
         if self.dist is None:

@@ -1,4 +1,4 @@
-"""The run's fingerprint: one dict of everything `generate`'s results depend on (OUT.run.json, see runfiles.py).
+"""The run's fingerprint: one dict of everything `generate`'s results depend on, stored in OUT.run.json.
 
 `generate --resume` refuses to continue an output written with other settings, naming each difference.
 Every flag of `generate` counts as result-changing, as given, unless it is named here: a flag added to the
@@ -7,11 +7,16 @@ result can depend on it; in FILE_FLAGS if its value is a path (then the file's c
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 from pathlib import Path
 
-from .runfiles import TaskFile, file_identity
+from .runfiles import RunFileError, TaskFile
 
-NOT_RESULT_FLAGS = {"command", "func", "batch_size", "out", "resume", "force", "show", "quiet", "tasks_format"}
+# --- the settings ---------------------------------------------------------------------------------
+NOT_RESULT_FLAGS = {"command", "func", "batch_size", "out", "resume", "force", "show", "quiet", "tasks_format",
+                    "grammar_cache"}   # a cached grammar is checked to be the one compiling would give
 FILE_FLAGS = {"tools", "grammar"}
 # resolved by run_settings itself: the parsed tasks (not the file's form), the files actually loaded (defaults
 # included), the device type and dtype actually used, the token ceiling after defaults
@@ -40,3 +45,100 @@ def run_settings(args, taskfile: TaskFile, checkpoint: Path, tokenizer_path: Pat
     if getattr(args, "tools", None) is None:
         settings["tools"] = "built-in"
     return dict(sorted(settings.items()))
+
+
+# --- OUT.run.json and file identities -----------------------------------------------------------
+RUN_FORMAT = "batchmask-run-v1"
+FULL_HASH_MAX = 1 << 30          # files up to 1 GiB are hashed whole; larger ones by size + 64 spread 1 MiB blocks
+_BLOCK, _BLOCKS = 1 << 20, 64
+
+
+def run_file(out: Path) -> Path:
+    return out.with_name(out.name + ".run.json")
+
+
+def file_identity(path) -> str:
+    """A content hash of a file (or of a directory's files, names included): "sha256:<hex>"."""
+    p = Path(path)
+    h = hashlib.sha256()
+    if p.is_dir():
+        for f in sorted(q for q in p.rglob("*") if q.is_file()):
+            h.update(f.relative_to(p).as_posix().encode() + b"\0" + _file_hash(f).encode() + b"\0")
+        return "sha256:" + h.hexdigest()
+    return "sha256:" + _file_hash(p)
+
+
+def _file_hash(p: Path) -> str:
+    size = p.stat().st_size
+    h = hashlib.sha256(size.to_bytes(8, "little"))
+    with open(p, "rb") as fh:
+        if size <= FULL_HASH_MAX:
+            while chunk := fh.read(1 << 24):
+                h.update(chunk)
+        else:   # multi-GB weights: header, tail and blocks spread over the file (a retrained model differs in all)
+            for k in range(_BLOCKS):
+                fh.seek((size - _BLOCK) * k // (_BLOCKS - 1))
+                h.update(fh.read(_BLOCK))
+    return h.hexdigest()
+
+
+def write_run_file(out: Path, settings: dict, info: dict) -> None:
+    """OUT.run.json: the result-changing `settings` (compared by --resume) and `info` (shown, never compared)."""
+    path = run_file(out)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"format": RUN_FORMAT, "settings": settings, "info": info}, indent=1,
+                              ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def read_run_file(out: Path) -> dict | None:
+    """The run file stored beside `out` ({"format", "settings", "info"[, "failed"]}), None if there is none."""
+    path = run_file(out)
+    if not path.exists():
+        return None
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise RunFileError(f"{path}: not a batchmask run file ({e})") from None
+    if not isinstance(obj, dict) or obj.get("format") != RUN_FORMAT or not isinstance(obj.get("settings"), dict):
+        raise RunFileError(f"{path}: not a batchmask run file (expected format {RUN_FORMAT!r})")
+    return obj
+
+
+def mark_run_failed(out: Path, reason: str) -> None:
+    """Record in OUT.run.json that the run stopped on an error: its lines may be wrong, so --resume refuses them."""
+    obj = read_run_file(out)
+    if obj is None:
+        return
+    obj["failed"] = reason[:300]
+    path = run_file(out)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")       # ranks may fail at once: one temporary each
+    tmp.write_text(json.dumps(obj, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def setting_differences(old: dict, new: dict) -> list[str]:
+    """One phrase per setting that differs: 'seed 1 -> 2'."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key, "(unset)"), new.get(key, "(unset)")
+        if a != b:
+            short = lambda v: (v[:19] + "...") if isinstance(v, str) and v.startswith("sha256:") else json.dumps(v)
+            out.append(f"{key} {short(a)} -> {short(b)}")
+    return out
+
+
+def check_run_settings(out: Path, settings: dict) -> None:
+    """--resume: refuse unless OUT.run.json holds exactly these settings (naming every difference)."""
+    stored = read_run_file(out)
+    if stored is None:
+        raise RunFileError(f"{run_file(out)} is missing, so the settings that wrote {out} are unknown; "
+                           f"cannot --resume (rerun with --force to start over)")
+    if "failed" in stored:
+        raise RunFileError(f"the run that wrote {out} stopped on an error ({stored['failed']}), so its lines cannot "
+                           f"be trusted; cannot --resume (rerun with --force to start over)")
+    old = stored["settings"]
+    diff = setting_differences(old, settings)
+    if diff:
+        raise RunFileError(f"{out} was written with other settings ({'; '.join(diff)}); --resume needs the same "
+                           f"settings (or --force to start over)")

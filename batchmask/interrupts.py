@@ -19,7 +19,7 @@ _HARD = False
 
 
 def exit_at_once(signum, frame) -> None:
-    from .runfiles import unlink_held_locks
+    from .locks import unlink_held_locks
     unlink_held_locks()
     os.write(2, b"batchmask: interrupted\n")
     os._exit(130)

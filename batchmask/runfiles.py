@@ -2,8 +2,8 @@
 
     tasks.txt / tasks.jsonl    one task per line, or one {"task": ..., "max_new_tokens": ...} object per line
     OUT.jsonl                  one result record per line, in input order (`json.dumps` + "\\n")
-    OUT.jsonl.run.json         the settings that made those results (checked by --resume)
-    OUT.jsonl.lock             held (flock) for the whole run, so two runs never write one file
+    OUT.jsonl.run.json         the settings that made those results (checked by --resume; fingerprint.py)
+    OUT.jsonl.lock             held (flock) for the whole run, so two runs never write one file (locks.py)
 
 JSON Lines exactly: lines end with "\\n" and are split on "\\n" only, so strings holding U+2028, U+2029 or
 U+0085 (which `str.splitlines` would also split on) round-trip. Reading never changes a file: `scan_results`
@@ -11,8 +11,6 @@ checks a whole result file first, and only `cut_torn_tail` (after every check pa
 """
 from __future__ import annotations
 
-import errno
-import fcntl
 import hashlib
 import json
 import os
@@ -251,166 +249,3 @@ def part_files(out: Path) -> list[Path]:
 
 def glob_escape(name: str) -> str:
     return "".join(f"[{c}]" if c in "*?[" else c for c in name)
-
-
-# --- the run's fingerprint ------------------------------------------------------------------------
-RUN_FORMAT = "batchmask-run-v1"
-FULL_HASH_MAX = 1 << 30          # files up to 1 GiB are hashed whole; larger ones by size + 64 spread 1 MiB blocks
-_BLOCK, _BLOCKS = 1 << 20, 64
-
-
-def run_file(out: Path) -> Path:
-    return out.with_name(out.name + ".run.json")
-
-
-def file_identity(path) -> str:
-    """A content hash of a file (or of a directory's files, names included): "sha256:<hex>"."""
-    p = Path(path)
-    h = hashlib.sha256()
-    if p.is_dir():
-        for f in sorted(q for q in p.rglob("*") if q.is_file()):
-            h.update(f.relative_to(p).as_posix().encode() + b"\0" + _file_hash(f).encode() + b"\0")
-        return "sha256:" + h.hexdigest()
-    return "sha256:" + _file_hash(p)
-
-
-def _file_hash(p: Path) -> str:
-    size = p.stat().st_size
-    h = hashlib.sha256(size.to_bytes(8, "little"))
-    with open(p, "rb") as fh:
-        if size <= FULL_HASH_MAX:
-            while chunk := fh.read(1 << 24):
-                h.update(chunk)
-        else:   # multi-GB weights: header, tail and blocks spread over the file (a retrained model differs in all)
-            for k in range(_BLOCKS):
-                fh.seek((size - _BLOCK) * k // (_BLOCKS - 1))
-                h.update(fh.read(_BLOCK))
-    return h.hexdigest()
-
-
-def write_run_file(out: Path, settings: dict, info: dict) -> None:
-    """OUT.run.json: the result-changing `settings` (compared by --resume) and `info` (shown, never compared)."""
-    path = run_file(out)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"format": RUN_FORMAT, "settings": settings, "info": info}, indent=1,
-                              ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
-
-
-def read_run_file(out: Path) -> dict | None:
-    """The run file stored beside `out` ({"format", "settings", "info"[, "failed"]}), None if there is none."""
-    path = run_file(out)
-    if not path.exists():
-        return None
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise RunFileError(f"{path}: not a batchmask run file ({e})") from None
-    if not isinstance(obj, dict) or obj.get("format") != RUN_FORMAT or not isinstance(obj.get("settings"), dict):
-        raise RunFileError(f"{path}: not a batchmask run file (expected format {RUN_FORMAT!r})")
-    return obj
-
-
-def mark_run_failed(out: Path, reason: str) -> None:
-    """Record in OUT.run.json that the run stopped on an error: its lines may be wrong, so --resume refuses them."""
-    obj = read_run_file(out)
-    if obj is None:
-        return
-    obj["failed"] = reason[:300]
-    path = run_file(out)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")       # ranks may fail at once: one temporary each
-    tmp.write_text(json.dumps(obj, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
-
-
-def setting_differences(old: dict, new: dict) -> list[str]:
-    """One phrase per setting that differs: 'seed 1 -> 2'."""
-    out = []
-    for key in sorted(set(old) | set(new)):
-        a, b = old.get(key, "(unset)"), new.get(key, "(unset)")
-        if a != b:
-            short = lambda v: (v[:19] + "...") if isinstance(v, str) and v.startswith("sha256:") else json.dumps(v)
-            out.append(f"{key} {short(a)} -> {short(b)}")
-    return out
-
-
-def check_run_settings(out: Path, settings: dict) -> None:
-    """--resume: refuse unless OUT.run.json holds exactly these settings (naming every difference)."""
-    stored = read_run_file(out)
-    if stored is None:
-        raise RunFileError(f"{run_file(out)} is missing, so the settings that wrote {out} are unknown; "
-                           f"cannot --resume (rerun with --force to start over)")
-    if "failed" in stored:
-        raise RunFileError(f"the run that wrote {out} stopped on an error ({stored['failed']}), so its lines cannot "
-                           f"be trusted; cannot --resume (rerun with --force to start over)")
-    old = stored["settings"]
-    diff = setting_differences(old, settings)
-    if diff:
-        raise RunFileError(f"{out} was written with other settings ({'; '.join(diff)}); --resume needs the same "
-                           f"settings (or --force to start over)")
-
-
-# --- locks ----------------------------------------------------------------------------------------
-_HELD: set[Path] = set()                         # lock files this process holds (for unlink_held_locks)
-
-
-def unlink_held_locks() -> None:
-    """Remove the lock files this process holds (an exit at once; the kernel drops the locks themselves)."""
-    for path in list(_HELD):
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
-
-
-class FileLock:
-    """An exclusive, non-blocking flock on PATH.lock, held until release(); a second holder is refused at once."""
-
-    def __init__(self, target: Path):
-        self.target = Path(target)
-        self.path = self.target.with_name(self.target.name + ".lock")
-        self.fd: int | None = None
-
-    def acquire(self) -> FileLock:
-        while True:
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError as e:
-                raise RunFileError(f"{self.path}: cannot create the lock file ({e.strerror})") from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as e:
-                os.close(fd)
-                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise RunFileError(f"{self.target} is in use by another batchmask run (lock {self.path} is "
-                                       f"held); wait for it to finish or use another --out") from None
-                raise RunFileError(f"{self.path}: cannot lock ({e.strerror})") from None
-            # the holder before us may have unlinked the file between our open and our flock: then retry
-            try:
-                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                self.fd = fd
-                _HELD.add(self.path)
-                os.ftruncate(fd, 0)
-                os.write(fd, f"{os.getpid()}\n".encode())     # who holds it, for a curious user
-                return self
-            os.close(fd)
-
-    def release(self) -> None:
-        if self.fd is None:
-            return
-        _HELD.discard(self.path)
-        try:
-            os.unlink(self.path)                # while still held, so no one can be locking this inode
-        except FileNotFoundError:
-            pass
-        os.close(self.fd)
-        self.fd = None
-
-    def __enter__(self) -> FileLock:
-        return self.acquire()
-
-    def __exit__(self, *exc) -> None:
-        self.release()

@@ -13,9 +13,10 @@ import pytest
 from batchmask.models.checkpoint import ModelConfig, random_weights, write_checkpoint
 from batchmask.models.tokenizer import Tokenizer
 
-from batchmask import limits, runfiles
+from batchmask import fingerprint, limits, runfiles
 from batchmask.cli import main
-from batchmask.runfiles import FileLock, RunFileError, read_tasks, record_line, scan_results
+from batchmask.locks import FileLock
+from batchmask.runfiles import RunFileError, read_tasks, record_line, scan_results
 
 ROOT = Path(__file__).resolve().parents[1]
 ODD = "a\u2028b\u2029c\u0085d\re\x1cf\x1dg\x1eh\x0bi\x0cj"     # every separator str.splitlines() also splits on
@@ -73,7 +74,7 @@ def partial(full: Path, dest: Path, n: int, torn: int = 0) -> Path:
     """`dest` as a run of `full` interrupted after n lines (plus `torn` bytes of the next), its run file beside it."""
     lines = full.read_bytes().split(b"\n")
     dest.write_bytes(b"".join(ln + b"\n" for ln in lines[:n]) + lines[n][:torn])
-    runfiles.run_file(dest).write_bytes(runfiles.run_file(full).read_bytes())
+    fingerprint.run_file(dest).write_bytes(fingerprint.run_file(full).read_bytes())
     return dest
 
 
@@ -138,7 +139,7 @@ def test_resume_refuses_a_file_that_is_not_results_and_leaves_it_byte_identical(
                                                                                   content):
     out = tmp_path / "o.jsonl"
     out.write_bytes(content)
-    runfiles.run_file(out).write_bytes(runfiles.run_file(full).read_bytes())    # even with a valid run file
+    fingerprint.run_file(out).write_bytes(fingerprint.run_file(full).read_bytes())    # even with a valid run file
     assert main(gen_args(files, out, "--resume")) == 2
     msg = one_error(capsys)
     assert "cannot --resume" in msg or "not a batchmask result" in msg, msg
@@ -206,7 +207,7 @@ def test_resume_accepts_display_flags_and_the_run_file_is_beside_the_output(file
     out = partial(full, tmp_path / "o.jsonl", 5)
     assert main(gen_args(files, out, "--resume", "--batch-size", "7", "--show")) == 0
     assert records(out) == records(full)
-    stored = json.loads(runfiles.run_file(full).read_text())
+    stored = json.loads(fingerprint.run_file(full).read_text())
     assert stored["settings"]["seed"] == 0 and stored["settings"]["tasks"].startswith("10 tasks")
     assert all(set(json.loads(x)) >= set(runfiles.RESULT_FIELDS) for x in full.read_text().split("\n") if x)
 
@@ -241,7 +242,7 @@ def test_resume_without_a_run_file_is_refused(files, full, tmp_path, capsys):
 
 def test_resume_folds_in_part_files_left_by_an_interrupted_torchrun(files, full, tmp_path):
     out = tmp_path / "o.jsonl"
-    runfiles.run_file(out).write_bytes(runfiles.run_file(full).read_bytes())
+    fingerprint.run_file(out).write_bytes(fingerprint.run_file(full).read_bytes())
     lines = full.read_bytes().split(b"\n")[:-1]
     (tmp_path / "o.jsonl.part0").write_bytes(b"".join(x + b"\n" for x in lines[0:6:2]))   # rank 0 of 2
     (tmp_path / "o.jsonl.part1").write_bytes(b"".join(x + b"\n" for x in lines[1:4:2]) + lines[5][:11])
@@ -346,7 +347,7 @@ def test_seeds_of_any_size_are_reduced_to_63_bits(files, tmp_path):
         out = tmp_path / f"s{len(outs)}.jsonl"
         assert main(gen_args(files, out, *base, "--seed", seed)) == 0
         outs[seed] = [r["text"] for r in records(out)]
-        assert json.loads(runfiles.run_file(out).read_text())["settings"]["seed"] == int(seed) % 2 ** 63
+        assert json.loads(fingerprint.run_file(out).read_text())["settings"]["seed"] == int(seed) % 2 ** 63
     assert outs["3"] == outs[str(3 + 2 ** 63)] == outs[str(3 - 2 ** 63)]
     assert limits.task_seed(2 ** 63 - 1, 10 ** 6) < 2 ** 63
 
