@@ -13,10 +13,12 @@ Formats (RFC 3339 and RFC 4122, as jsonschema's format checker reads them):
                refuses 60), 1..fraction_digits fraction digits, 'Z' or 'z'
     date-time  date, 'T' or 't', time
     uuid       8-4-4-4-12 hex digits, either case
+    ipv4, hostname, email, uri: batchmask/schema_formats_net.py
 """
 from __future__ import annotations
 
 from .grammar import Node, Repeat
+from .schema_formats_net import email_node, hostname_node, ipv4_node, uri_node
 from .schema_nodes import DIGIT, alt, bytes_of, lex_range, lit, opt, seq
 
 MAX_CP = 0x10FFFF
@@ -129,8 +131,11 @@ def uuid_node() -> Node:
     return seq(groups[0], lit(b"-"), groups[1], lit(b"-"), groups[2], lit(b"-"), groups[3], lit(b"-"), groups[4])
 
 
-def format_node(name: str, fraction_digits: int) -> tuple[Node, int, int] | None:
-    """(node, min chars, max chars) of a supported format, None for any other name."""
+def format_node(name: str, fraction_digits: int, budget: int) -> tuple[Node, int, int] | None:
+    """(node, min chars, max chars) of a supported format, None for any other name; the network formats
+    fit `budget` characters (ValueError when they cannot)."""
+    if name in _NET:
+        return _NET[name](budget)
     if name == "date":
         return date_node(), 10, 10
     if name == "time":
@@ -144,6 +149,7 @@ def format_node(name: str, fraction_digits: int) -> tuple[Node, int, int] | None
     return None
 
 
-FORMATS = ("date", "time", "date-time", "uuid")
+_NET = {"ipv4": lambda budget: ipv4_node(), "hostname": hostname_node, "email": email_node, "uri": uri_node}
+FORMATS = ("date", "time", "date-time", "uuid", *_NET)
 __all__ = ["FORMATS", "char_node", "complement", "date_node", "format_node", "must_escape", "normalize",
            "time_node", "uuid_node"]

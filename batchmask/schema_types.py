@@ -29,7 +29,10 @@ def _string(schema: dict, ptr: str, ctx: Ctx) -> Node:
         ctx.fail(jp(ptr, "pattern"), "'pattern' together with 'format' is not supported")
     if "format" in schema:
         name = schema["format"]
-        built = format_node(name, o.fraction_digits) if isinstance(name, str) else None
+        try:
+            built = format_node(name, o.fraction_digits, hi) if isinstance(name, str) else None
+        except ValueError as e:
+            ctx.fail(jp(ptr, "maxLength"), f"format {name!r} cannot be written within maxLength {hi}: {e}")
         if built is None:
             ctx.fail(jp(ptr, "format"), f"format {name!r} is not supported (supported: {', '.join(FORMATS)})")
         body, flo, fhi = built

@@ -54,6 +54,12 @@ WALK_SCHEMAS = [
     {"type": "string", "format": "time"},
     {"type": "string", "format": "date-time"},
     {"type": "string", "format": "uuid"},
+    {"type": "string", "format": "ipv4"},
+    {"type": "string", "format": "hostname"},
+    {"type": "string", "format": "email", "maxLength": 40},
+    {"type": "string", "format": "email"},
+    {"type": "string", "format": "uri", "minLength": 1, "maxLength": 100},
+    {"type": "string", "format": "uri"},
     {"type": "string", "pattern": "^[A-Z]{2}-\\d{3,5}(\\.[a-f]+)?$"},
     {"type": "string", "pattern": "^(?:foo|ba[rz])+[^a-z\"]?$"},
     {"type": "string", "pattern": "x\\d"},
@@ -279,6 +285,15 @@ def test_time_and_date_time_iff_checker(h, mi, sec, frac, off, date, sep):
 def test_uuid_iff_checker(s):
     schema = {"type": "string", "format": "uuid"}
     rx = compile_regex(schema_node(schema))
+    assert matches(rx, json_literal(s)) == valid(schema, s), s
+
+
+@FAST
+@given(st.lists(st.integers(0, 300), min_size=4, max_size=4), st.booleans())
+def test_ipv4_iff_checker(octets, pad):
+    schema = {"type": "string", "format": "ipv4"}
+    rx = compile_regex(schema_node(schema))
+    s = ".".join(("0%d" if pad and i == 1 else "%d") % o for i, o in enumerate(octets))
     assert matches(rx, json_literal(s)) == valid(schema, s), s
 
 

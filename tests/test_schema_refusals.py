@@ -11,7 +11,8 @@ from batchmask.schema_base import SUPPORTED
 
 S = {"type": "string", "maxLength": 4}
 REFUSED = [   # (schema of the property "p", pointer under #/properties/p, what the message says)
-    ({"type": "string", "format": "email"}, "/format", "format 'email' is not supported"),
+    ({"type": "string", "format": "idn-email"}, "/format", "format 'idn-email' is not supported"),
+    ({"type": "string", "format": "uri", "maxLength": 20}, "/maxLength", "format 'uri' cannot be written within"),
     ({"type": "string", "pattern": "(?=a)b"}, "/pattern", "only (?:...) groups"),
     ({"type": "string", "pattern": "(a)\\1"}, "/pattern", "escape \\1 is not supported"),
     ({"type": "string", "pattern": "a\\bc"}, "/pattern", "escape \\b is not supported"),

@@ -1,0 +1,84 @@
+"""Network formats: ipv4 (exact), hostname, email and uri (narrowed: a practical subset, every member valid).
+
+    ipv4      four decimal octets 0-255 without leading zeros, as Python's ipaddress reads them: exact
+    hostname  1-4 dot-separated labels of letters, digits and inner hyphens; the last starts with a letter
+    email     local part: dot-separated atoms of RFC 5322 atext; '@'; a hostname of 2-4 labels
+    uri       http or https '://' a hostname or an ipv4 address, an optional port 1-65535, '/'-segments of
+              RFC 3986 pchars (percent escapes included), an optional ?query and #fragment
+
+The narrowed formats fit a length budget (maxLength, or SchemaOptions.max_string_length without one):
+each part's repetitions are capped so that the longest member is within it. Every member is valid for
+jsonschema's format checker (fqdn, rfc3986-validator; its email check only asks for an '@').
+"""
+from __future__ import annotations
+
+from .grammar import Node, Repeat
+from .schema_nodes import alt, bytes_of, lit, opt, seq
+from .schema_numbers import nat_range
+
+_ALNUM = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+_LETTER = _ALNUM[:52]
+_ATEXT = _ALNUM + b"!#$%&'*+/=?^_`{|}~-"
+_UNRESERVED = _ALNUM + b"-._~"
+_PCHAR = _UNRESERVED + b"!$&'()*+,;=:@"           # RFC 3986 pchar, but for pct-encoded (added below)
+_HEX = b"0123456789abcdefABCDEF"
+
+
+def ipv4_node() -> tuple[Node, int, int]:
+    octet = nat_range(0, 255)
+    return seq(octet, lit(b"."), octet, lit(b"."), octet, lit(b"."), octet), 7, 15
+
+
+def _label(first: bytes, longest: int) -> Node:
+    """A DNS label of 1..longest characters: `first` first, letters/digits/inner hyphens after."""
+    if longest == 1:
+        return bytes_of(first)
+    return seq(bytes_of(first), opt(seq(Repeat(bytes_of(_ALNUM + b"-"), 0, longest - 2), bytes_of(_ALNUM))))
+
+
+def _host(budget: int, min_labels: int) -> tuple[Node, int, int]:
+    """Hostnames of min_labels..4 labels, the whole within `budget` and 253 characters (RFC 1035, fqdn)."""
+    longest = min(62, (budget + 1) // 4 - 1)
+    if longest < 1:
+        raise ValueError("the length budget is too small")
+    label = _label(_ALNUM, longest)
+    node = seq(Repeat(seq(label, lit(b".")), min_labels - 1, 3), _label(_LETTER, longest))
+    return node, 2 * min_labels - 1, 4 * longest + 3
+
+
+def hostname_node(budget: int) -> tuple[Node, int, int]:
+    return _host(budget, 1)
+
+
+def email_node(budget: int) -> tuple[Node, int, int]:
+    local_budget = min(64, max(1, (budget - 1) // 3))
+    atom_len = max(1, (local_budget + 1) // 3 - 1)
+    atom = Repeat(bytes_of(_ATEXT), 1, atom_len)
+    local = seq(atom, Repeat(seq(lit(b"."), atom), 0, 2))
+    domain, dlo, dhi = _host(budget - 1 - (3 * atom_len + 2), 2)        # 3 atoms and 2 dots at most
+    return seq(local, lit(b"@"), domain), 2 + dlo, 3 * atom_len + 2 + 1 + dhi
+
+
+def uri_node(budget: int) -> tuple[Node, int, int]:
+    fixed = len("https://") + len(":65535")
+    room = budget - fixed
+    if room < 15:
+        raise ValueError("the length budget is too small")
+    host, hlo, hhi = _host(max(15, room * 2 // 5), 1)
+    hhi = max(hhi, 15)                                            # an ipv4 address is up to 15
+    rest = room - hhi                                             # half for the path, a quarter each after
+    segs = 4
+    seg_len = (rest // 2 // segs - 1) // 3                        # a pct escape is 3 characters
+    tail_len = (rest // 4 - 1) // 3
+    pct = seq(lit(b"%"), bytes_of(_HEX), bytes_of(_HEX))
+    pchar, qchar = alt(bytes_of(_PCHAR), pct), alt(bytes_of(_PCHAR + b"/?"), pct)
+    parts = [lit(b"http"), opt(lit(b"s")), lit(b"://"), alt(host, ipv4_node()[0]),
+             opt(seq(lit(b":"), nat_range(1, 65535)))]
+    longest = fixed + hhi
+    if seg_len > 0:
+        parts.append(Repeat(seq(lit(b"/"), Repeat(pchar, 0, seg_len)), 0, segs))
+        longest += segs * (1 + 3 * seg_len)
+    if tail_len > 0:
+        parts += [opt(seq(lit(b"?"), Repeat(qchar, 0, tail_len))), opt(seq(lit(b"#"), Repeat(qchar, 0, tail_len)))]
+        longest += 2 * (1 + 3 * tail_len)
+    return seq(*parts), len("http://") + hlo, longest
