@@ -8,8 +8,8 @@ and never synchronises with the host: illegal tokens set a per-row fault that `c
 
 Backends: "triton" (the kernels of kernels/mask_triton.py; on a CPU only under TRITON_INTERPRET=1) and
 "torch" (kernels/mask_torch.py, the reference, on an accelerator; on the CPU its fast paths in
-kernels/mask_cpu.py, which touch only the logits that must change); "auto" picks Triton on CUDA and torch
-elsewhere. All give the same tokens: at temperature > 0 the draw of kernels/gumbel.py, keyed by
+kernels/mask_cpu.py and kernels/choose_cpu.py, which touch only the logits that must change); "auto" picks
+Triton on CUDA and torch elsewhere. All give the same tokens: at temperature > 0 the draw of kernels/gumbel.py, keyed by
 (seed, row key, step). NaN logits count as -inf; a row without a finite legal logit takes its first legal token.
 
 `sample_unmasked` is the same sampler with every token legal: the free arm of the ablation draws through it, so
@@ -23,9 +23,8 @@ from types import SimpleNamespace
 
 import torch
 
-from batchmask.kernels import mask_cpu, mask_torch
+from batchmask.kernels import choose_cpu, mask_cpu, mask_torch
 from batchmask.kernels.tables import Rows, Tables, make_tables
-from batchmask.next_codes import decode_next
 
 LOGIT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -56,8 +55,10 @@ class BatchMasker:
         self._kernels = _load_kernels(self.backend)
         self.tables = _device_tables(grammar, self.device)
         # the torch backend: the CPU fast paths on the CPU (their token lists built now, not in the first step)
-        self._torch = mask_cpu if self.device.type == "cpu" else mask_torch
+        self._torch = mask_torch
         if self.device.type == "cpu":
+            self._torch = SimpleNamespace(mask_logits_=mask_cpu.mask_logits_, advance_=mask_cpu.advance_,
+                                          sample_=choose_cpu.sample_)
             mask_cpu.sides_of(self.tables)
         self.start = int(grammar.start)
         self._start_count = int(self.tables.legal_count[self.start])
@@ -91,22 +92,35 @@ class BatchMasker:
         """bool [B]: rows that have emitted EOS (they only allow EOS from now on)."""
         return self.rows.state == self.tables.done_state
 
-    def reset(self, rows=None, keys=None) -> None:
+    def reset(self, rows=None, keys=None, starts=None) -> None:
         """Start new sequences in the given slots (default all): start state, step 0, no fault, empty history.
 
         keys (int [n], optional): what the rows' random draws are keyed by from now on, e.g. a task id, so
-        a sequence samples the same tokens whichever slot it runs in (default: the slot index)."""
+        a sequence samples the same tokens whichever slot it runs in (default: the slot index).
+        starts (int [n], optional): the state each row starts in, one of the table's start states: a table of
+        several grammars (batchmask.grammar_set.combine) has one per grammar, `table.starts` (default: start)."""
         idx = self._row_index(rows)
         if keys is not None:
             keys = torch.as_tensor(keys, dtype=torch.int64, device=self.device).reshape(-1)
             if keys.numel() != idx.numel():
                 raise ValueError(f"reset: {idx.numel()} rows but {keys.numel()} keys")
             self.rows.key.index_copy_(0, idx, keys)
-        self.rows.state.index_fill_(0, idx, self.start)
         self.rows.step.index_fill_(0, idx, 0)
         self.rows.fault.index_fill_(0, idx, 0)
         # out of place: the caller may still hold the tensor an earlier step returned
-        self.legal_counts = self.legal_counts.index_fill(0, idx, self._start_count)
+        if starts is None:
+            self.rows.state.index_fill_(0, idx, self.start)
+            self.legal_counts = self.legal_counts.index_fill(0, idx, self._start_count)
+            return
+        starts = torch.as_tensor(starts, dtype=torch.int64).reshape(-1).to(self.device)
+        if starts.numel() != idx.numel():
+            raise ValueError(f"reset: {idx.numel()} rows but {starts.numel()} starts")
+        allowed = torch.tensor(list(getattr(self.grammar, "starts", None) or [self.start]), device=self.device)
+        if not bool(torch.isin(starts, allowed).all()):
+            raise ValueError(f"reset: starts {starts.tolist()} are not all start states of the grammar "
+                             f"({allowed.tolist()})")
+        self.rows.state.index_copy_(0, idx, starts.to(torch.int32))
+        self.legal_counts = self.legal_counts.index_copy(0, idx, self.tables.legal_count.index_select(0, starts))
 
     # ------------------------------------------------------------------------------------------------------
     # the decoding step
@@ -286,9 +300,12 @@ def _device_tables(grammar, device: torch.device) -> Tables:
     if state_row is not None:
         if state_row.shape != (S,) or int(state_row.min()) < 0 or int(state_row.max()) >= R:
             raise GrammarTableError(f"state_row must be [{S}] with values in [0, {R})")
-        states = torch.arange(S, device=device)
-        decoded = decode_next(row_next.index_select(0, state_row), states[:, None])   # [S, C] (a check only)
-        lo, hi = int(decoded.min()), int(decoded.max())
+        # the highest next state per row, then per state (a relative move's target grows with its state):
+        # O(R*C + S), never the decoded [S, C] (a combined table of many grammars has a million states)
+        row_hi, row_lo = row_next.max(1).values.long(), row_next.min(1).values.long()  # [R] each
+        sr = state_row.long()
+        jump = torch.where(row_lo.index_select(0, sr) <= -2, torch.arange(S, device=device) - 2 - row_lo[sr], -1)
+        lo, hi = -1, int(torch.maximum(row_hi.index_select(0, sr), jump).max())        # decoded codes are >= -1
     else:
         lo, hi = int(row_next.min()), int(row_next.max())
     if lo < -1 or hi >= S:

@@ -1,18 +1,14 @@
 """
-CPU fast paths of the batch masker: the results of the reference (mask_torch.py) with far less work.
+CPU fast paths of the batch masker, masking and advancing: the results of the reference (mask_torch.py) with
+far less work. (Choosing tokens: choose_cpu.py.)
 
 - Short sides: the tokens of a state split into a legal and an illegal side, and one side is short: few legal
   tokens in literal text (a key name, punctuation, a UTF-8 continuation byte), few illegal ones inside a string
   value (quotes, backslashes, control bytes, ...). Masking writes only the short side of each row.
 - numpy: at B=64 a mask or an advance is ~20 small ops; numpy's per-op cost is a fraction of torch's, so they
   run on numpy views of the same memory where numpy can (float32 / float16 logits with unit stride along V).
-- Greedy: the first maximum of the raw row (a blocked maximum, faster than argmax) is the answer whenever it is
-  legal; only rows whose maximum is illegal (or not finite) pay for the reference's masked pass.
-- Sampling: the search of gumbel.py: one logsumexp pass over the logits, then the noise of the best block of
-  each row (and of the few other blocks that could still win), instead of a uniform per (row, token).
 
-These paths size their index lists on the host (free on the CPU). A row whose logits hold NaN or +inf, or
-top-p, takes the reference, which defines the result.
+These paths size their index lists on the host (free on the CPU).
 """
 from __future__ import annotations
 
@@ -20,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from batchmask.kernels import gumbel, mask_torch, rng
-from batchmask.kernels.tables import Rows, Tables, first_legal_token, legal_mask, next_states, row_ids
+from batchmask.kernels import gumbel, mask_torch
+from batchmask.kernels.tables import Rows, Tables
 
 from batchmask.next_codes import ILLEGAL, decode_next_np
 
@@ -211,153 +207,3 @@ def advance_(tokens: torch.Tensor, rows: Rows, t: Tables) -> None:
         fault[bad, 0], fault[bad, 1], fault[bad, 2] = 1, tok[bad], state[bad]
     step += moved
     state[:] = np.where(ok, nxt, state)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# choosing
-
-FIRST_MAX_BLOCK = 128  # ids per block in first_max: the block maxima are a vectorised amax over contiguous ids
-
-
-def first_max(scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """scores: [b, V] (any float dtype, any strides) -> (max [b], int64 [b] the lowest index holding it).
-
-    Equals (scores.max(1), scores.argmax(1)) for non-NaN scores, ~3x faster on the CPU, where argmax is a
-    scalar loop: the block maxima come from a vectorised amax, argmax then runs over the [b, V / 128]
-    maxima (the first block holding the maximum holds its first occurrence) and over that one block.
-    A NaN makes its row's maximum NaN (amax propagates it), which callers treat as not finite.
-    """
-    b, V = scores.shape
-    blk = FIRST_MAX_BLOCK
-    if V < 2 * blk:
-        idx = scores.argmax(dim=1)
-        return scores.gather(1, idx[:, None])[:, 0], idx
-    n_full = V // blk
-    block_max = scores[:, :n_full * blk].unflatten(1, (n_full, blk)).amax(dim=2)  # [b, n_full]
-    if V > n_full * blk:
-        block_max = torch.cat([block_max, scores[:, n_full * blk:].amax(dim=1, keepdim=True)], dim=1)
-    block = block_max.argmax(dim=1)  # [b] first block holding the maximum
-    base = block * blk  # [b]
-    # the ids of that block; the short last block repeats its last id, which cannot come first
-    ids = (base[:, None] + torch.arange(blk)).clamp_(max=V - 1)  # [b, blk]
-    idx = base + scores.gather(1, ids).argmax(dim=1)  # [b]
-    return block_max.gather(1, block[:, None])[:, 0], idx
-
-
-def segment_first_max(x: torch.Tensor, row: torch.Tensor, token: torch.Tensor, b: int):
-    """Per row, the maximum of the listed scores x float32 [N] of (row, token) int64 [N] and the lowest token
-    holding it -> (float32 [b] maximum (-inf for a row without entries), int64 [b] token (-1 for none))."""
-    none = torch.iinfo(torch.int64).max
-    best = torch.full((b,), NEG_INF).scatter_reduce_(0, row, x, reduce="amax")  # [b]
-    winner = torch.where(x == best.index_select(0, row), token, none)  # [N]
-    tok = torch.full((b,), none, dtype=torch.int64).scatter_reduce_(0, row, winner, reduce="amin")
-    return best, torch.where(tok == none, -1, tok)  # [b]
-
-
-def _greedy(logits: torch.Tensor, state: torch.Tensor, t: Tables, redo: list) -> torch.Tensor:
-    """Greedy tokens of the rows whose answer is cheap; rows appended to redo take the reference."""
-    V, width, b = t.vocab_size, logits.shape[1], state.numel()
-    sides = sides_of(t)
-    group = sides.state_group.index_select(0, state)  # [b]
-    few = sides.few_legal.index_select(0, group)  # [b]
-    tok = torch.empty(b, dtype=torch.int64)
-    keep_rows = few.nonzero()[:, 0]  # [k] rows scored over their legal tokens only
-    if keep_rows.numel():
-        row, legal, _ = row_entries(keep_rows, group, sides)  # [N] ascending ids per row
-        x = logits.take(row * width + legal).float()  # [N]
-        best, pick = segment_first_max(x.masked_fill_(torch.isnan(x), NEG_INF), row, legal, b)
-        tok.index_copy_(0, keep_rows, torch.where(pick >= 0, pick, t.eos_id).index_select(0, keep_rows))
-        redo.append(keep_rows[best.index_select(0, keep_rows) == float("inf")])  # is any legal logit finite?
-    dense_rows = (~few).nonzero()[:, 0]  # [m]
-    if dense_rows.numel():
-        if 2 * dense_rows.numel() >= b:  # most rows: one pass over a view beats copying them out
-            best, first = (x.index_select(0, dense_rows) for x in first_max(logits[:, :V]))  # [m]
-        else:
-            best, first = first_max(logits[dense_rows, :V])  # [m]
-        nxt = next_states(state.index_select(0, dense_rows), t.token_class.index_select(0, first), t)  # [m]
-        tok.index_copy_(0, dense_rows, first)
-        # the row's first maximum, if legal and finite, is also its first legal maximum (an equal legal score
-        # earlier would have come first); rows whose maximum is not finite (NaN, overflow) take the reference
-        finite = best.float().abs() < float("inf")
-        redo.append(dense_rows[~finite])
-        masked = dense_rows[(nxt < 0) & finite]  # the maximum is illegal: mask a copy of these rows
-        if masked.numel():
-            x = logits[masked, :V].float()  # [r, V]
-            mask_logits_(x, state.index_select(0, masked), t)
-            best, first = first_max(x)  # legal logits are finite or -inf here
-            tok.index_copy_(0, masked, first)
-            redo.append(masked[best == NEG_INF])  # no finite legal logit: the reference's first legal token
-    return tok
-
-
-def _visit(y: torch.Tensor, state: torch.Tensor, keys: torch.Tensor, G: torch.Tensor, row: torch.Tensor,
-           block: torch.Tensor, t: Tables) -> tuple[torch.Tensor, torch.Tensor]:
-    """z and token of the best legal token (by h) of each (row, block) pair, int64 [n] each -> float32 [n] z
-    (-inf where the block has no legal finite token), int64 [n] token. The reference's per-block step."""
-    V, K = t.vocab_size, gumbel.NOISE_BLOCK
-    ids = block[:, None] * K + torch.arange(K)  # [n, K]
-    valid = ids < V
-    ids = ids.clamp_(max=V - 1)
-    p = y[row[:, None], ids].masked_fill_(~valid, NEG_INF)  # [n, K] finite or -inf (rows with NaN/+inf: reference)
-    h = gumbel.token_scores(p, keys.index_select(0, row), ids)  # [n, K]
-    Z = h.amax(dim=1)  # [n] over all tokens of the block
-    codes = t.row_next.index_select(0, t.state_row.index_select(0, state.index_select(0, row)))  # [n, C]
-    legal = (codes.gather(1, t.token_class.index_select(0, ids.view(-1)).view_as(ids).long()) != ILLEGAL) & valid
-    hc = h.masked_fill_(~legal, NEG_INF)
-    j = hc.argmax(dim=1)  # [n] first maximum
-    z = gumbel.truncate(G[row, block], Z, hc.gather(1, j[:, None])[:, 0])
-    return z, block * K + j
-
-
-def _sampled(logits: torch.Tensor, state: torch.Tensor, keys: torch.Tensor, t: Tables, temperature: float,
-             redo: list) -> torch.Tensor:
-    """Sampled tokens by the search of gumbel.py; rows appended to redo (NaN, +inf) take the reference."""
-    b = state.numel()
-    y = mask_torch.tempered(logits[:, :t.vocab_size], temperature)  # [b, V] a view of float32 logits at T = 1
-    lse = gumbel.block_lse(y)  # [b, nb]: NaN or +inf wherever a block holds one
-    redo.append((torch.isnan(lse) | (lse == float("inf"))).any(dim=1).nonzero()[:, 0])
-    G = gumbel.block_scores(lse, keys)  # [b, nb]
-    candidate = sides_of(t).block_legal.index_select(0, sides_of(t).state_group.index_select(0, state))  # [b, nb]
-    rows = torch.arange(b)
-    first = G.masked_fill(~candidate, NEG_INF).argmax(dim=1)  # [b] the best block holding a legal token
-    z1, tok1 = _visit(y, state, keys, G, rows, first, t)  # [b]
-    # every other block whose maximum could still beat it (ties included: the lower id must win them)
-    more = candidate & (G >= z1[:, None])
-    more[rows, first] = False
-    r2, b2 = more.nonzero(as_tuple=True)  # [n2] usually none or a few
-    z2, tok2 = _visit(y, state, keys, G, r2, b2, t)
-    best, tok = segment_first_max(torch.cat([z1, z2]), torch.cat([rows, r2]), torch.cat([tok1, tok2]), b)
-    return torch.where(best > NEG_INF, tok, first_legal_token(state, t))  # no legal finite logit: first legal
-
-
-def choose_tokens(logits: torch.Tensor, state: torch.Tensor, step: torch.Tensor, t: Tables, temperature: float,
-                  seed: int, ids: torch.Tensor | None = None) -> torch.Tensor:
-    """mask_torch.choose_tokens without top-p, the CPU way (the same tokens). logits [b, V'] -> int64 [b]."""
-    ids = torch.arange(state.numel()) if ids is None else ids
-    keys = rng.row_keys(seed, ids, step)  # [b]
-    redo: list[torch.Tensor] = []
-    if temperature > 0:
-        tok = _sampled(logits, state, keys, t, temperature, redo)
-    else:
-        tok = _greedy(logits, state, t, redo)
-    redo = torch.cat(redo) if redo else torch.zeros(0, dtype=torch.int64)
-    if redo.numel():
-        tok.index_copy_(0, redo, mask_torch.choose(
-            logits.index_select(0, redo)[:, :t.vocab_size], legal_mask(state.index_select(0, redo), t),
-            keys.index_select(0, redo), temperature, 1.0, first_legal_token(state.index_select(0, redo), t)))
-    return tok
-
-
-def sample_(logits: torch.Tensor, rows: Rows, t: Tables, temperature: float = 0.0, top_p: float = 1.0,
-            seed: int = 0, rows_per_chunk: int | None = None, advance=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """mask_torch.sample_ with the CPU fast paths (top-p, and other devices, take the reference)."""
-    if logits.device.type != "cpu" or (top_p < 1.0 and temperature > 0):
-        return mask_torch.sample_(logits, rows, t, temperature, top_p, seed, rows_per_chunk, advance)
-    B, V = logits.shape[0], t.vocab_size
-    chunk = rows_per_chunk or max(1, (1 << 22) // V)
-    counts = t.legal_count.index_select(0, rows.state)  # [B] legal counts before the move
-    tokens = torch.cat([choose_tokens(logits[r:r + chunk], rows.state[r:r + chunk], rows.step[r:r + chunk], t,
-                                      temperature, seed, ids=row_ids(rows, r, min(chunk, B - r)))
-                        for r in range(0, B, chunk)])  # [B]
-    (advance or (lambda tok: advance_(tok, rows, t)))(tokens)
-    return tokens, counts
