@@ -61,6 +61,7 @@ class Automaton:
     accepting: np.ndarray = None    # int64 [A]: states where the value is complete
     source: object = None           # has describe(state) -> list and finish_bytes(state) -> bytes
     utf8: bool = True
+    byte_class: np.ndarray = None   # int64 [256]: bytes no state tells apart share a class (None: work it out)
 
     def describe(self, state: int) -> list:
         return self.source.describe(state)
@@ -73,38 +74,57 @@ class Automaton:
         return list({b.vt.name: b.vt for b in self.blocks}.values())
 
 
-def byte_table(aut: Automaton, token_len: int):
-    """The byte transitions of the states a token's bytes can reach from an explicit state.
+def byte_classes(aut: Automaton) -> np.ndarray:
+    """int64 [256]: a class per byte, equal for bytes every explicit state, value type and exit treats alike."""
+    if aut.byte_class is not None:
+        return aut.byte_class
+    e = aut.edges
+    srcs, src_col = np.unique(e[:, 0], return_inverse=True)
+    cols = [np.full((256, len(srcs)), -1, dtype=np.int64)]
+    cols[0][e[:, 1], src_col.reshape(-1)] = e[:, 2]
+    for vt in {b.vt.name: b.vt for b in aut.blocks}.values():
+        cols += [vt.table.T, vt.inc.T]
+    if aut.blocks:
+        cols.append(np.stack([b.exits for b in aut.blocks], 1))
+    return np.unique(np.concatenate(cols, 1), axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
 
-    Returns (delta int32 [Sc, 256] in compact ids, -1 illegal; to_compact int64 [S], -1 for states
-    left out; from_compact int64 [Sc]). A token of at most `token_len` bytes that enters a block at
-    count n never gets past count n + token_len - 1, so each block needs rows only that deep; the
-    deeper cells are handled by the table builder's per-token arithmetic instead. The table thus
-    stays small whatever a value's cap is.
+
+def byte_table(aut: Automaton, token_len: int):
+    """The transitions of the states a token's bytes can reach from an explicit state, per byte class.
+
+    Returns (delta int32 [Sc, K] in compact ids, -1 illegal; byte_class int64 [256]; to_compact
+    int64 [S], -1 for states left out; from_compact int64 [Sc]). A token of at most `token_len`
+    bytes that enters a block at count n never gets past count n + token_len - 1, so each block
+    needs rows only that deep; the deeper cells are handled by the table builder's per-token
+    arithmetic instead. The table thus stays small whatever a value's cap is.
     """
     S = aut.num_states
+    byte_class = byte_classes(aut)
+    K = int(byte_class.max()) + 1
+    rep = np.zeros(K, dtype=np.int64)
+    rep[byte_class[::-1]] = np.arange(255, -1, -1)            # one byte per class (any will do)
     keep = np.ones(S, dtype=bool)
     for blk in aut.blocks:
         keep[blk.base:blk.base + blk.size] = blk.ns < min(blk.max + 1, blk.entry_depth + max(token_len, 1))
     from_compact = np.flatnonzero(keep)
     to_compact = np.full(S + 1, -1, dtype=np.int32)          # index S (= -1 wrapped) stays -1
     to_compact[from_compact] = np.arange(len(from_compact))
-    delta = np.full((len(from_compact), 256), -1, dtype=np.int32)
+    delta = np.full((len(from_compact), K), -1, dtype=np.int32)
     e = aut.edges
     if len(e):
-        delta[to_compact[e[:, 0]], e[:, 1]] = to_compact[e[:, 2]]
+        delta[to_compact[e[:, 0]], byte_class[e[:, 1]]] = to_compact[e[:, 2]]
     for blk in aut.blocks:
         vt = blk.vt
         sel = np.flatnonzero(keep[blk.base:blk.base + blk.size])
         rows = to_compact[blk.base + sel]                      # [Nb]
         ns, qs = blk.ns[sel][:, None], blk.qs[sel]
-        q2 = vt.table[qs]                                      # [Nb, 256] sub-state after each byte
-        n2 = ns + vt.inc[qs]                                   # [Nb, 256] count after it
+        q2 = vt.table[qs][:, rep]                              # [Nb, K] sub-state after each byte class
+        n2 = ns + vt.inc[qs][:, rep]                           # [Nb, K] count after it
         ok = stays_ok(vt, n2, q2, blk.max)
         target = blk.grid[np.minimum(n2, blk.max), np.maximum(q2, 0)]
         delta[rows] = np.where(ok, to_compact[target], -1)
         ends = close_ok(vt, blk.ns[sel], qs, blk.min, blk.max)
-        exit_bytes = np.flatnonzero(blk.exits >= 0)
-        if len(exit_bytes) and ends.any():
-            delta[np.ix_(rows[ends], exit_bytes)] = to_compact[blk.exits[exit_bytes]][None, :]
-    return delta, to_compact[:S].astype(np.int64), from_compact
+        exit_cls = np.flatnonzero(blk.exits[rep] >= 0)
+        if len(exit_cls) and ends.any():
+            delta[np.ix_(rows[ends], exit_cls)] = to_compact[blk.exits[rep[exit_cls]]][None, :]
+    return delta, byte_class, to_compact[:S].astype(np.int64), from_compact

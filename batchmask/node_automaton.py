@@ -286,7 +286,8 @@ class _Subsets:
         accepting = np.array([i for i, el in enumerate(states) if nfa.end in el], dtype=np.int64)
         src = _NodeSource(nfa, states, blocks, self)
         return Automaton(num_states=base, start=resolve(start), edges=edges,
-                         blocks=blocks, accepting=accepting, source=src, utf8=nfa.utf8)
+                         blocks=blocks, accepting=accepting, source=src, utf8=nfa.utf8,
+                         byte_class=self.byte_class.astype(np.int64))
 
 
 class _NodeSource:

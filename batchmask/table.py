@@ -25,7 +25,7 @@ import torch
 from .automaton import Automaton, byte_table
 from .classes import classes_of, in_first_use_order, sparse_classes
 from .next_codes import encode_relative
-from .tokensim import STAYS, STOPS, VocabPrep, after_stops, explicit_columns
+from .tokensim import STAYS, STOPS, ByteSteps, VocabPrep, after_stops, explicit_columns
 from .values import close_ok, stays_ok
 
 
@@ -49,8 +49,8 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     vocab = prep.vocab
     V, S = len(vocab), aut.num_states
     done = S
-    delta_np, to_c_np, from_c_np = byte_table(aut, vocab.max_len)
-    delta = torch.as_tensor(delta_np, device=dev)
+    delta_np, byte_class, to_c_np, from_c_np = byte_table(aut, vocab.max_len)
+    steps = ByteSteps.of(delta_np, byte_class, vocab, dev)
     to_c, from_c = torch.as_tensor(to_c_np, device=dev), torch.as_tensor(from_c_np, device=dev)
 
     # Explicit states: sparse (state, token, next) triples.
@@ -62,14 +62,14 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     row_of_explicit[explicit] = torch.arange(len(explicit), device=dev)
     edges = torch.as_tensor(aut.edges, device=dev).reshape(-1, 3)
     edges_c = torch.stack([edges[:, 0], edges[:, 1], to_c[edges[:, 2]]], 1)
-    src, tok, nxt = explicit_columns(edges_c, delta, vocab)
+    src, tok, nxt = explicit_columns(edges_c, steps, vocab)
     nxt = from_c[nxt]
 
     # Block cells: signatures per value type, and the state after each value-ending event.
     vts = aut.value_types()
     sigs = {vt.name: prep.signature(vt) for vt in vts}
     blocks_of = {vt.name: [k for k, b in enumerate(aut.blocks) if b.vt.name == vt.name] for vt in vts}
-    after_ev = {name: after_stops(sigs[name], [aut.blocks[k] for k in ks], delta, to_c, from_c, vocab)
+    after_ev = {name: after_stops(sigs[name], [aut.blocks[k] for k in ks], steps, to_c, from_c, vocab)
                 for name, ks in blocks_of.items()}                                     # [B_vt, E_vt]
 
     # Token keys: first how a token behaves in block cells (role: eos / other stop / text; its

@@ -45,11 +45,13 @@ class FlatVocab:
         self.max_len = int(lengths.max(initial=0))
         self.owner = torch.repeat_interleave(torch.arange(len(token_bytes), device=device), self.lengths)  # [N]
         self.pos = torch.arange(len(self.owner), device=device) - self.offset[self.owner]                # [N]
-        # tokens grouped by first byte (256 = no bytes)
-        first = torch.where(self.lengths > 0, self.flat[self.offset], torch.full_like(self.lengths, 256))
-        self.by_first = torch.argsort(first, stable=True)                                                # [V]
-        self.first_count = torch.bincount(first, minlength=257)[:256]                                    # [256]
-        self.first_start = torch.cumsum(self.first_count, 0) - self.first_count                          # [256]
+        # tokens grouped by their first two bytes: group 257 * b1 + b2, b2 = 256 for one-byte tokens
+        # (tokens without bytes get a group past the end)
+        second = torch.where(self.lengths > 1, self.flat[(self.offset + 1).clamp(max=len(self.flat) - 1)], 256)
+        group = torch.where(self.lengths > 0, self.flat[self.offset] * 257 + second, 256 * 257)
+        self.by_pair = torch.argsort(group, stable=True)                                                 # [V]
+        self.pair_count = torch.bincount(group, minlength=256 * 257 + 1)[:256 * 257].view(256, 257)       # [256, 257]
+        self.pair_start = (torch.cumsum(self.pair_count.reshape(-1), 0) - self.pair_count.reshape(-1)).view(256, 257)
 
     def __len__(self) -> int:
         return self.lengths.shape[0]
@@ -138,15 +140,29 @@ def prepare_vocab(tokenizer, device) -> VocabPrep:
 
 
 # --- byte-by-byte simulation -----------------------------------------------------------------------
-def run_tokens(delta: torch.Tensor, vocab: FlatVocab, start: torch.Tensor, tok: torch.Tensor,
+@dataclass
+class ByteSteps:
+    """The automaton's byte table (automaton.byte_table) on the device, by byte class."""
+    delta: torch.Tensor        # int32 [Sc, K]: next state per byte class, -1 illegal
+    byte_class: torch.Tensor   # int64 [256]
+    codes: torch.Tensor        # int64 [N+1]: the class of every vocabulary byte
+
+    @classmethod
+    def of(cls, delta, byte_class, vocab: FlatVocab, dev) -> ByteSteps:
+        bc = torch.as_tensor(byte_class, device=dev)
+        return cls(torch.as_tensor(delta, device=dev), bc, bc[vocab.flat])
+
+
+def run_tokens(steps: ByteSteps, vocab: FlatVocab, start: torch.Tensor, tok: torch.Tensor,
                offset: torch.Tensor) -> torch.Tensor:
     """Feed token `tok[p]` from byte `offset[p]` on, starting in state `start[p]`.
 
-    delta int32/int64 [S, 256]; start/tok/offset int64 [P]. Returns int64 [P]: the state after the
-    token's last byte, or -1. Only live pairs are carried from one byte to the next.
+    start/tok/offset int64 [P]. Returns int64 [P]: the state after the token's last byte, or -1.
+    Only live pairs are carried from one byte to the next.
     """
     lengths = vocab.lengths
-    flat_delta = delta.reshape(-1)
+    K = steps.delta.shape[1]
+    flat_delta = steps.delta.reshape(-1)
     out = torch.full_like(start, -1)
     idx = torch.arange(len(start), device=start.device)
     state, pos = start.clone(), offset.clone()
@@ -155,7 +171,7 @@ def run_tokens(delta: torch.Tensor, vocab: FlatVocab, start: torch.Tensor, tok: 
     live = ~ended & (state >= 0)
     idx, state, pos, t = idx[live], state[live], pos[live], tok[live]
     while len(idx):
-        state = flat_delta[state * 256 + vocab.byte_at(t, pos)].long()
+        state = flat_delta[state * K + steps.codes[vocab.offset[t] + pos]].long()
         pos = pos + 1
         fin = pos >= lengths[t]
         out[idx[fin]] = state[fin]
@@ -164,21 +180,30 @@ def run_tokens(delta: torch.Tensor, vocab: FlatVocab, start: torch.Tensor, tok: 
     return out
 
 
-def explicit_columns(edges: torch.Tensor, delta: torch.Tensor, vocab: FlatVocab):
+def explicit_columns(edges: torch.Tensor, steps: ByteSteps, vocab: FlatVocab):
     """Where each token leads from each explicit state, as sparse (state, token, next) triples.
 
-    edges int64 [E, 3] (src, byte, first state after the byte, in delta's ids). Only tokens
-    whose first byte the state accepts are simulated: the pairs are built per edge from the
-    tokens grouped by first byte, so the work is the number of live (state, token) pairs.
+    edges int64 [E, 3] (src, byte, first state after the byte, in delta's ids). Only tokens whose
+    first two bytes the automaton takes from `src` are simulated: the pairs come from the tokens
+    grouped by their first two bytes, so the work is the number of live (state, token) pairs.
     """
     dev = vocab.flat.device
-    n_per_edge = vocab.first_count[edges[:, 1]]                  # [E]
-    edge_of_pair = torch.repeat_interleave(torch.arange(len(edges), device=dev), n_per_edge)
-    rank = torch.arange(len(edge_of_pair), device=dev) - torch.repeat_interleave(
-        torch.cumsum(n_per_edge, 0) - n_per_edge, n_per_edge)
-    tok = vocab.by_first[vocab.first_start[edges[edge_of_pair, 1]] + rank]   # [P]
-    src = edges[edge_of_pair, 0]
-    nxt = run_tokens(delta, vocab, edges[edge_of_pair, 2], tok, torch.ones_like(tok))
+    if not len(edges):
+        z = torch.zeros(0, dtype=torch.int64, device=dev)
+        return z, z, z
+    after1 = edges[:, 2]
+    taken = steps.delta[after1.clamp(min=0)][:, steps.byte_class] >= 0                     # [E, 256]
+    ok2 = torch.cat([taken, torch.ones((len(edges), 1), dtype=torch.bool, device=dev)], 1)
+    ok2 &= (after1 >= 0)[:, None]                                          # [E, 257]: second byte (or the end) taken
+    cnt = torch.where(ok2, vocab.pair_count[edges[:, 1]], 0)              # [E, 257] tokens per (edge, second byte)
+    e_idx, b2 = torch.nonzero(cnt, as_tuple=True)
+    n = cnt[e_idx, b2]
+    cell = torch.repeat_interleave(torch.arange(len(n), device=dev), n)
+    rank = torch.arange(len(cell), device=dev) - torch.repeat_interleave(torch.cumsum(n, 0) - n, n)
+    e_of = e_idx[cell]
+    tok = vocab.by_pair[vocab.pair_start[edges[e_of, 1], b2[cell]] + rank]  # [P]
+    src = edges[e_of, 0]
+    nxt = run_tokens(steps, vocab, after1[e_of], tok, torch.ones_like(tok))
     ok = nxt >= 0
     return src[ok], tok[ok], nxt[ok]
 
@@ -230,7 +255,7 @@ def _signature(vt: ValueType, vocab: FlatVocab) -> Signature:
     return Signature(out, units, q_end, ev_of, ev_tok, ev_pos, ev_byte, sig_id, reach)
 
 
-def after_stops(sig: Signature, blocks: list, delta: torch.Tensor, to_compact: torch.Tensor,
+def after_stops(sig: Signature, blocks: list, steps: ByteSteps, to_compact: torch.Tensor,
                 from_compact: torch.Tensor, vocab: FlatVocab) -> torch.Tensor:
     """int64 [len(blocks), E]: the state after each stop event's remaining bytes, per block, -1 if illegal.
 
@@ -245,6 +270,6 @@ def after_stops(sig: Signature, blocks: list, delta: torch.Tensor, to_compact: t
     exits = torch.as_tensor(np.stack([b.exits for b in blocks]), device=dev)       # [B, 256]
     start = exits[:, sig.ev_byte]                                                  # [B, E] global ids
     bi, ei = torch.nonzero(start >= 0, as_tuple=True)
-    res = run_tokens(delta, vocab, to_compact[start[bi, ei]], sig.ev_tok[ei], sig.ev_pos[ei] + 1)
+    res = run_tokens(steps, vocab, to_compact[start[bi, ei]], sig.ev_tok[ei], sig.ev_pos[ei] + 1)
     out[bi, ei] = torch.where(res >= 0, from_compact[res.clamp(min=0)], -1)
     return out
