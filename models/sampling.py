@@ -1,5 +1,7 @@
 """
-Next-token selection for a batch of logits [B, V], vectorised over the batch.
+Next-token selection for a batch of logits [B, V], vectorised over the batch: run.c's samplers, for using the
+model on its own. (batchmask's generation loop samples through the masker, both arms of the ablation:
+batchmask.masker.BatchMasker.sample constrained, batchmask.masker.sample_unmasked free, one random process.)
 
 - `greedy`: the first maximum of each row (run.c's argmax).
 - `sample`: temperature, optional top-k, optional top-p with run.c's `sample_topp` semantics, per-row
