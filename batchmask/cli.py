@@ -93,16 +93,6 @@ def load_registry(path):
     return ToolRegistry.defaults() if path is None else ToolRegistry.from_json(path)
 
 
-def load_grammar(args, registry, tokenizer, device):
-    from . import api
-    fmt = getattr(args, "format", "seed")
-    if getattr(args, "grammar", None):
-        return api.load_grammar(args.grammar, registry, tokenizer, format=fmt, max_string=args.max_string,
-                            utf8=not args.bytes, device=device)
-    return api.compile_grammar(registry, tokenizer, format=fmt, max_string=args.max_string, utf8=not args.bytes,
-                               device=device)
-
-
 def _max_new_tokens(value: int | None, context: int) -> int:
     """--max-new-tokens as given (refused above the model's context), or the default capped by the context."""
     if value is None:
@@ -153,15 +143,13 @@ def _generate(args, dist, taskfile, output) -> int:
     dtype = _dtype(args.dtype, device)
     tasks = taskfile.tasks
     registry = load_registry(args.tools)
+    from .grammar_store import plan_tasks, run_grammars
+    plan = plan_tasks(taskfile, registry)          # every task's own "tools" validated, before the model loads
     model, tokenizer = load_model_and_tokenizer(args.checkpoint, args.tokenizer, device, dtype, args.max_context,
                                                 args.eos_id)
     context = model.config.seq_len
     max_new = _max_new_tokens(args.max_new_tokens, context)
     taskfile.check_limits(context, "the model's context (seq_len)")
-    if args.no_constrain:            # the free arm compiles nothing: check the format and the schemas here
-        from .envelope import registry_node
-        registry_node(registry, args.format, args.max_string)
-    grammar = None if args.no_constrain else load_grammar(args, registry, tokenizer, device)
     settings = info = None
     if output.out_path is not None and output.rank0:
         checkpoint, tokenizer_path = resolve_model_paths(args.checkpoint, args.tokenizer)
@@ -177,12 +165,14 @@ def _generate(args, dist, taskfile, output) -> int:
     batch = max(1, min(args.batch_size, len(todo)))           # more slots than tasks would only cost memory
 
     def prepare():
-        encode_prompts([tasks[i] for i in todo], tokenizer, registry, context)   # every prompt, before any write
+        # every tool set's grammar (cached, in one table: grammar_store.py) and every prompt, before any write
+        table, regs, groups = run_grammars(args, plan, todo, tokenizer, device)
+        encode_prompts([tasks[i] for i in todo], tokenizer, [regs[g] for g in groups], context)
         config = GenerationConfig(batch_size=batch, max_new_tokens=max([max_new, *limits]),
                                   temperature=args.temperature, top_p=args.top_p, seed=args.seed,
                                   constrain=not args.no_constrain, record_counts=args.show, format=args.format)
-        return BatchGenerator(model, tokenizer, registry, grammar, config)
-    gen = distributed.agree(dist, prepare)
+        return BatchGenerator(model, tokenizer, registry, table, config, registries=regs), groups
+    gen, groups = distributed.agree(dist, prepare)
     output.commit(settings, info)
     sink = output.sink()
     progress = Progress(len(todo), enabled=not args.quiet)
@@ -199,7 +189,7 @@ def _generate(args, dist, taskfile, output) -> int:
     interrupts.raise_from_now_on()
     try:
         stats = gen.run([tasks[i] for i in todo], indices=todo, on_result=on_result, on_progress=progress,
-                        limits=limits)
+                        limits=limits, groups=groups)
     except KeyboardInterrupt:
         progress.close()
         sink.close()
@@ -329,6 +319,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="force reading --tasks as plain lines or as JSONL (default: auto)")
     g.add_argument("--tools", help="tool registry JSON (default: the built-in tools)")
     g.add_argument("--grammar", help="a cache file written by `batchmask compile`")
+    g.add_argument("--grammar-cache", metavar="DIR", help="where compiled grammars are kept between runs, one per "
+                   "tool set (default $XDG_CACHE_HOME/batchmask or ~/.cache/batchmask; none: memory only)")
     _model_args(g)
     g.add_argument("--temperature", type=float_arg(0.0, limits.MAX_TEMPERATURE), default=0.0,
                    help="0 is greedy (default)")

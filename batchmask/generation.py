@@ -77,10 +77,12 @@ class RunStats:
 
 
 def encode_prompts(tasks: list[str], tokenizer, registry: ToolRegistry, seq_len: int) -> list[list[int]]:
-    """Tokenise every prompt up front, so a task that cannot fit fails before any output."""
+    """Tokenise every prompt up front, so a task that cannot fit fails before any output.
+    `registry` may be a list: each task's own tool set."""
     prompts = []
-    for i, task in enumerate(tasks):
-        ids = tokenizer.encode(render_prompt(registry, task), bos=True)
+    regs = registry if isinstance(registry, (list, tuple)) else [registry] * len(tasks)
+    for i, (task, reg) in enumerate(zip(tasks, regs)):
+        ids = tokenizer.encode(render_prompt(reg, task), bos=True)
         if len(ids) >= seq_len:
             raise GenerationError(f"task {i}: prompt is {len(ids)} tokens but the model's context (seq_len) is "
                                   f"{seq_len}; it needs at least one position left for the call "
@@ -90,11 +92,15 @@ def encode_prompts(tasks: list[str], tokenizer, registry: ToolRegistry, seq_len:
 
 
 class BatchGenerator:
-    """Runs tasks through a model (and, constrained, a compiled grammar) with B slots."""
+    """Runs tasks through a model (and, constrained, a compiled grammar) with B slots.
+
+    Several tool sets: `registries` (one per grammar of a table from batchmask.grammar_set.combine, in its
+    order) and run(groups=...) (which one each task uses): each row starts in its own grammar."""
 
     def __init__(self, model, tokenizer, registry: ToolRegistry, grammar=None, config: GenerationConfig | None = None,
-                 backend: str = "auto"):
+                 backend: str = "auto", registries: list[ToolRegistry] | None = None):
         self.model, self.tokenizer, self.registry = model, tokenizer, registry
+        self.registries = list(registries) if registries else [registry]
         config = config or GenerationConfig()
         self.config = replace(config, seed=reduce_seed(config.seed))     # any seed, in 63 bits (limits.py)
         c = self.config
@@ -124,6 +130,11 @@ class BatchGenerator:
         self.active = torch.zeros(B, dtype=torch.bool, device=dev)             # [B] slot holds a task
         self.logits = torch.zeros(B, model.config.vocab_size, dtype=torch.float32, device=dev)  # [B, V]
         self.rows = torch.arange(B, device=dev)
+        # one start state per tool set (a table of several grammars: batchmask.grammar_set.combine)
+        starts = list(getattr(self.grammar, "starts", None) or [getattr(self.grammar, "start", 0)])
+        if self.grammar is not None and len(starts) != len(self.registries):
+            raise GenerationError(f"{len(self.registries)} tool sets but the grammar table holds {len(starts)}")
+        self.starts = torch.tensor(starts, dtype=torch.int64, device=dev)      # [G] start state per tool set
 
     # --- one step --------------------------------------------------------------------------------
     def _sample(self) -> torch.Tensor:
@@ -147,7 +158,8 @@ class BatchGenerator:
         return active & (self.ended | (self.n_gen >= self.limit))
 
     # --- results ---------------------------------------------------------------------------------
-    def _result(self, slot: int, index: int, task: str, started: float) -> Result:
+    def _result(self, slot: int, index: int, task: str, started: float,
+                registry: ToolRegistry | None = None) -> Result:
         n = int(self.n_gen[slot])
         ids = self.history[slot, :n].tolist()
         ended = bool(self.ended[slot])
@@ -161,7 +173,7 @@ class BatchGenerator:
         elif not ended:
             cut = True
         text = data.decode("utf-8", errors="replace")
-        call, error = parse_call(text, self.registry, format=self.config.format)
+        call, error = parse_call(text, registry or self.registry, format=self.config.format)
         counts = self.counts[slot, :n].tolist() if self.config.record_counts else None
         return Result(index, task, text, call, error, n, cut, time.perf_counter() - started, counts, ids, data)
 
@@ -169,10 +181,11 @@ class BatchGenerator:
     def run(self, tasks: list[str], indices: list[int] | None = None,
             on_result: Callable[[Result], None] | None = None,
             on_progress: Callable[[int, int], None] | None = None,
-            limits: list[int] | None = None) -> RunStats:
+            limits: list[int] | None = None, groups: list[int] | None = None) -> RunStats:
         """Generate a call for every task; `on_result` gets each Result in input order.
 
         limits: an optional token ceiling per task (at most config.max_new_tokens, the default).
+        groups: which of `registries` each task uses (default 0: `registry`).
         """
         c = self.config
         B = c.batch_size
@@ -181,7 +194,10 @@ class BatchGenerator:
             limits = [c.max_new_tokens] * len(tasks)
         elif len(limits) != len(tasks) or any(not 1 <= int(n) <= c.max_new_tokens for n in limits):
             raise GenerationError(f"limits: need one per task, each in [1, {c.max_new_tokens}] (max_new_tokens)")
-        prompts = encode_prompts(tasks, self.tokenizer, self.registry, self.seq_len)
+        groups = [0] * len(tasks) if groups is None else [int(g) for g in groups]
+        if len(groups) != len(tasks) or any(not 0 <= g < len(self.registries) for g in groups):
+            raise GenerationError(f"groups: need one per task, each in [0, {len(self.registries)})")
+        prompts = encode_prompts(tasks, self.tokenizer, [self.registries[g] for g in groups], self.seq_len)
         stats = RunStats()
         t0 = time.perf_counter()
         next_task = 0                                   # next position in `tasks` to start
@@ -223,7 +239,9 @@ class BatchGenerator:
             self.seeds[rows] = torch.tensor([task_seed(c.seed, indices[next_task + j]) for j in range(len(take))],
                                             device=self.device)
             if self.masker is not None:
-                self.masker.reset(rows, keys=self.seeds[rows])   # draws keyed by task, not by slot
+                starts = None if len(self.starts) == 1 else \
+                    self.starts[torch.tensor(groups[next_task: next_task + len(take)], device=self.device)]
+                self.masker.reset(rows, keys=self.seeds[rows], starts=starts)   # draws keyed by task, not by slot
             for j, slot in enumerate(take):
                 slot_task[slot] = next_task + j
                 slot_start[slot] = time.perf_counter()
@@ -239,7 +257,8 @@ class BatchGenerator:
             done_slots = torch.nonzero(finished).flatten().tolist()     # the one host sync per step
             for slot in done_slots:
                 pos = slot_task[slot]
-                emit(self._result(slot, indices[pos], tasks[pos], slot_start[slot]), pos)
+                emit(self._result(slot, indices[pos], tasks[pos], slot_start[slot], self.registries[groups[pos]]),
+                     pos)
                 slot_task[slot] = -1
             if done_slots:
                 gone = torch.tensor(done_slots, device=self.device)

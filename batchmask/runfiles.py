@@ -58,10 +58,16 @@ class TaskFile:
     tasks: list[str]
     limits: list[int | None]
     lines: list[int]                             # the line each task came from (for error messages)
+    # JSONL "tools" per task (its own tool set, any form --tools accepts, as read; batchmask.grammar_store),
+    # None where the task uses the run's --tools; empty when no line has any
+    tools: list = field(default_factory=list)
 
     def key(self) -> str:
         """sha256 of the tasks and their ceilings, in order (what the results depend on, not the file's form)."""
-        blob = json.dumps([[t, n] for t, n in zip(self.tasks, self.limits)], ensure_ascii=False)
+        rows = [[t, n] for t, n in zip(self.tasks, self.limits)]
+        if any(x is not None for x in self.tools):     # a task's own tools change its prompt and grammar
+            rows = [[*r, x] for r, x in zip(rows, self.tools)]
+        blob = json.dumps(rows, ensure_ascii=False)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
     def check_limits(self, ceiling: int, what: str) -> None:
@@ -114,7 +120,7 @@ def read_tasks(path: str, fmt: str = "auto") -> TaskFile:
                                        f"fix the line or pass --tasks-format text|jsonl")
     if fmt == "text":
         return TaskFile(name, "text", [ln.strip() for _, ln in lines], [None] * len(lines), [n for n, _ in lines])
-    tasks, limits = [], []
+    tasks, limits, tools = [], [], []
     for n, ln in lines:
         try:
             obj = json.loads(ln)
@@ -132,7 +138,12 @@ def read_tasks(path: str, fmt: str = "auto") -> TaskFile:
             raise RunFileError(f"{name} line {n}: \"max_new_tokens\" must be a positive integer, got {limit!r:.40}")
         tasks.append(task)
         limits.append(limit)
-    return TaskFile(name, "jsonl", tasks, limits, [n for n, _ in lines])
+        tools.append(obj.get("tools"))
+        if tools[-1] is not None and not isinstance(tools[-1], (list, dict)):
+            raise RunFileError(f"{name} line {n}: \"tools\" must be a list of tools or an object with \"tools\" "
+                               f"(any form --tools accepts), got {type(tools[-1]).__name__}")
+    return TaskFile(name, "jsonl", tasks, limits, [n for n, _ in lines],
+                    tools if any(x is not None for x in tools) else [])
 
 
 # --- result files ---------------------------------------------------------------------------------

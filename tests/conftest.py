@@ -14,6 +14,15 @@ from pathlib import Path
 if not os.path.exists("/dev/nvidiactl"):
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# Compiled grammars are cached on disk between runs (batchmask/grammar_store.py): the tests' own directory,
+# never the user's ~/.cache (subprocesses inherit it).
+if "BATCHMASK_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+    os.environ["BATCHMASK_CACHE_DIR"] = tempfile.mkdtemp(prefix="batchmask-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["BATCHMASK_CACHE_DIR"], True)
+
 import torch  # noqa: E402
 
 torch.set_num_threads(1)

@@ -1,0 +1,190 @@
+"""Several grammars compiled for one tokenizer as ONE table: a batch of rows in different grammars.
+
+    table = combine([g0, g1, ...])       CompiledGrammar-like; table.starts[i] = grammar i's start state
+    BatchMasker(table, B).reset(rows, starts=...)   each row starts (and stays) inside its own grammar
+
+The masker and kernels read the combined table unchanged: it is one more factored table
+(token_class [V], state_row [S], row_next [R, C]) whose state space is the grammars' state spaces
+side by side. How it is built, without a loop over tokens or states:
+
+  * joint token classes: two tokens share a column iff they share a class in every grammar
+    (the rows of the stacked [V, G] class ids, grouped); grammar g's column for joint class c is
+    its class of c's first token, so its rows are re-indexed by a gather;
+  * states: grammar g's states 0..S_g-2 land at offset O_g; the done states (the compiler puts done
+    last, and after a stop id every grammar's done row is the same: only eos, back to done) merge
+    into one shared done state D at the end, so the kernels' single `done_state` holds;
+  * codes (batchmask/next_codes.py): absolute codes (>= 0) move by O_g (done_g -> D); relative codes
+    (<= -2) and -1 are unchanged, since they only ever name a state of their own grammar's block;
+  * rows: grammar g's rows re-indexed and re-coded, stacked, and equal rows stored once (rows of
+    value bodies are relative, so grammars with like values share them): the combined table is
+    never larger than the grammars' tables side by side.
+
+`combine([g])` is `g` itself: a single grammar costs nothing. Host-side queries (finish_bytes,
+finish_text, describe) go to the grammar owning the state.
+"""
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+
+import torch
+
+from .classes import classes_of, in_first_use_order
+from .compiler import CompiledGrammar
+
+__all__ = ["GrammarSet", "GrammarSetError", "combine", "starts_of"]
+
+
+class GrammarSetError(ValueError):
+    """Grammars that cannot share one table (another vocabulary, other stop ids, another layout)."""
+
+
+def starts_of(table) -> list[int]:
+    """The start state of each grammar of a table: combine()'s `starts`, or [start] for a single grammar."""
+    return list(getattr(table, "starts", None) or [int(table.start)])
+
+
+def combine(grammars: Sequence[CompiledGrammar]):
+    """One table for grammars compiled against the same tokenizer (see the module docstring).
+
+    Returns grammars[0] itself when there is one; otherwise a GrammarSet on grammars[0]'s device.
+    """
+    grammars = list(grammars)
+    if not grammars:
+        raise GrammarSetError("combine: no grammars given")
+    if len(grammars) == 1:
+        return grammars[0]
+    _check_compatible(grammars)
+    return GrammarSet(grammars)
+
+
+def _check_compatible(grammars: list) -> None:
+    g0 = grammars[0]
+    hash0 = (g0.meta or {}).get("vocab_hash")
+    for i, g in enumerate(grammars[1:], 1):
+        where = f"combine: grammar {i}"
+        if g.vocab_size != g0.vocab_size:
+            raise GrammarSetError(f"{where} has a vocabulary of {g.vocab_size} tokens, grammar 0 of {g0.vocab_size}")
+        if (g.eos_id, tuple(g.stop_ids)) != (g0.eos_id, tuple(g0.stop_ids)):
+            raise GrammarSetError(f"{where} has eos {g.eos_id} / stop ids {list(g.stop_ids)}, grammar 0 has "
+                                  f"{g0.eos_id} / {list(g0.stop_ids)}")
+        same = hash0 is not None and (g.meta or {}).get("vocab_hash") == hash0
+        if not same and g.token_bytes is not g0.token_bytes and g.token_bytes != g0.token_bytes:
+            raise GrammarSetError(f"{where} was compiled for another vocabulary than grammar 0")
+        if g.device != g0.device:
+            raise GrammarSetError(f"{where} is on {g.device}, grammar 0 on {g0.device}")
+    for i, g in enumerate(grammars):
+        if g.done_state != g.num_states - 1 or not 0 <= g.start < g.done_state:
+            raise GrammarSetError(f"combine: grammar {i} does not have the compiler's layout (done state "
+                                  f"{g.done_state}, start {g.start}, {g.num_states} states; done must be last)")
+
+
+def _share_rows(rows: torch.Tensor, done: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Store equal rows once: (row id of each input row [N], the distinct rows [R, C]), by first use.
+
+    Within one grammar rows are already distinct, and a row naming a state of its own grammar
+    absolutely cannot equal another grammar's; so only rows whose absolute codes all name the shared
+    done state (relative moves and -1 otherwise: value bodies, done) are compared."""
+    N = rows.shape[0]
+    free = ~((rows >= 0) & (rows != done)).any(1)                                          # [N]
+    cand = torch.nonzero(free).flatten()
+    ids = torch.arange(N, device=rows.device)                                               # [N] twin row
+    if len(cand) > 1:
+        cls, rep = classes_of(rows.index_select(0, cand).to(torch.int64))
+        ids[cand] = cand.index_select(0, rep.index_select(0, cls))       # each candidate -> its first twin
+    uniq, inv = torch.unique(ids, return_inverse=True)                   # uniq: the rows kept, ascending
+    row_id, order = in_first_use_order(inv)
+    return row_id, rows.index_select(0, uniq.index_select(0, order))
+
+
+class GrammarSet(CompiledGrammar):
+    """Grammars side by side in one factored table (build with combine()).
+
+        starts         list[int] [G]   grammar i's start state in the combined state space
+        state_offset   list[int] [G]   grammar i's state s (s < its done state) is state_offset[i] + s
+        done_state     int             the one done state all grammars share (the last state)
+        grammars       list            the grammars combined (for their automata and metadata)
+    """
+
+    def __init__(self, grammars: list[CompiledGrammar]):
+        g0 = grammars[0]
+        dev = g0.device
+        self.grammars = grammars
+        # joint token classes, numbered by first use (so the table does not depend on hashing)
+        stacked = torch.stack([g.token_class.to(torch.int64) for g in grammars], 1)          # [V, G]
+        joint, rep = classes_of(stacked)
+        joint, order = in_first_use_order(joint)
+        rep = rep[order]                                                                     # [C] first token
+        # state offsets: every grammar's states but its done state, then the shared done state
+        sizes = [g.num_states - 1 for g in grammars]
+        offsets = [0]
+        for n in sizes[:-1]:
+            offsets.append(offsets[-1] + n)
+        done = offsets[-1] + sizes[-1]
+        # each grammar's rows, re-indexed by the joint classes and re-coded into the combined states,
+        # written into one buffer (int32: the combined state space is large; kept int16 if it fits)
+        row_base = [0]
+        for g in grammars:
+            row_base.append(row_base[-1] + g.num_rows)
+        rows = torch.empty((row_base[-1], len(rep)), dtype=torch.int32, device=dev)           # [sum R_g, C]
+        for g, off, base in zip(grammars, offsets, row_base):
+            r = rows[base:base + g.num_rows]
+            r.copy_(g.row_next.index_select(1, g.token_class.to(torch.int64).index_select(0, rep)))
+            r.add_((r >= 0).to(torch.int32) * off)
+            r.masked_fill_(r == g.done_state + off, done)
+        row_id, row_next = _share_rows(rows, done)
+        parts, done_rows = [], set()
+        for g, base in zip(grammars, row_base):
+            sr = row_id.index_select(0, g.state_row.to(torch.int64) + base)                  # [S_g]
+            parts.append(sr[:-1])
+            done_rows.add(int(sr[-1]))
+        if len(done_rows) != 1:
+            raise GrammarSetError("combine: the grammars' done states differ (another stop rule?)")
+        state_row = torch.cat(parts + [torch.tensor(sorted(done_rows), device=dev)])         # [S]
+        legal_count = torch.cat([g.legal_count[:-1] for g in grammars] + [g0.legal_count[-1:]])
+        final = torch.cat([g.final[:-1] for g in grammars] + [g0.final[-1:]])
+        lo, hi = int(row_next.min()), int(row_next.max())
+        store = torch.int16 if -32768 <= lo and hi <= 32767 else torch.int32
+        meta = {"format": "batchmask-grammar-set", "vocab_hash": (g0.meta or {}).get("vocab_hash"),
+                "grammars": [g.meta for g in grammars]}
+        super().__init__(joint.to(torch.int32), state_row.to(torch.int32), row_next.to(store),
+                         legal_count.to(torch.int32), final, offsets[0] + g0.start, g0.eos_id, done,
+                         g0.token_bytes, meta, None, stop_ids=g0.stop_ids)
+        self.state_offset = offsets
+        self.starts = [off + g.start for g, off in zip(grammars, offsets)]
+        self.compile_seconds = sum(g.compile_seconds for g in grammars)
+
+    # --- which grammar a state belongs to ------------------------------------------------------
+    def grammar_of(self, state: int) -> int:
+        """The index of the grammar owning `state` (the shared done state: -1)."""
+        state = int(state)
+        if not 0 <= state < self.num_states:
+            raise IndexError(f"state {state} out of range [0, {self.num_states})")
+        if state == self.done_state:
+            return -1
+        return bisect.bisect_right(self.state_offset, state) - 1
+
+    def _local(self, state: int):
+        i = self.grammar_of(state)
+        if i < 0:
+            return None, None
+        return self.grammars[i], int(state) - self.state_offset[i]
+
+    # --- host-side helpers, by owner ----------------------------------------------------------
+    def finish_bytes(self, state: int) -> bytes:
+        g, s = self._local(state)
+        return b"" if g is None else g.finish_bytes(s)
+
+    def describe(self, state: int) -> list:
+        g, s = self._local(state)
+        return ["done"] if g is None else g.describe(s)
+
+    def to(self, device) -> GrammarSet:
+        return GrammarSet([g.to(device) for g in self.grammars])
+
+    def save(self, path) -> None:
+        raise GrammarSetError("a combined table is not saved: save (or cache) the grammars it combines")
+
+    def __repr__(self) -> str:
+        return (f"GrammarSet(grammars={len(self.grammars)}, states={self.num_states}, rows={self.num_rows}, "
+                f"classes={self.num_classes}, vocab={self.vocab_size}, bytes={self.nbytes}, device={self.device})")
