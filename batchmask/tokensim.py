@@ -209,39 +209,87 @@ def explicit_columns(edges: torch.Tensor, steps: ByteSteps, vocab: FlatVocab):
 
 
 # --- value-type signatures ---------------------------------------------------------------------------
+def _skips(vt: ValueType, vocab: FlatVocab):
+    """Run skipping: (row per sub-state [Q], skip_to [R, N+1], units per skipped byte [R]).
+
+    Row 0 skips nothing; a sub-state whose loop bytes (bytes that lead back to it, all adding the
+    same units) are many gets a row where skip_to[row, p] is the first position >= p whose byte
+    is not one of them.
+    """
+    dev = vocab.flat.device
+    N1 = len(vocab.flat)
+    pos = torch.arange(N1, device=dev)
+    rows, incs = [pos], [0]
+    row_of = torch.zeros(vt.num_substates, dtype=torch.int64, device=dev)
+    for q in range(vt.num_substates):
+        loop = vt.table[q] == q
+        if loop.sum() < 8 or len(set(vt.inc[q][loop].tolist())) != 1:
+            continue
+        breaks = ~torch.as_tensor(loop, device=dev)[vocab.flat]
+        breaks[-1] = True                                            # the pad byte
+        first_break = torch.where(breaks, pos, N1).flip(0).cummin(0).values.flip(0)
+        row_of[q] = len(rows)
+        rows.append(first_break)
+        incs.append(int(vt.inc[q][loop][0]))
+    return row_of, torch.stack(rows), torch.tensor(incs, device=dev)
+
+
 def _signature(vt: ValueType, vocab: FlatVocab) -> Signature:
     dev = vocab.flat.device
     V, Q = len(vocab), vt.num_substates
     v = vt.on(dev)
     table = v.table.reshape(-1)                                  # [Q * 256]
     inc = v.inc.reshape(-1)
-    out = torch.zeros((Q, V), dtype=torch.int64, device=dev)     # DIES unless found otherwise
-    units = torch.zeros((Q, V), dtype=torch.int64, device=dev)
-    q_end = torch.full((Q, V), -1, dtype=torch.int64, device=dev)
-    stop_pos = torch.full((Q, V), -1, dtype=torch.int64, device=dev)
-    # live (start sub-state, token) pairs; tokens without bytes never enter a value
-    has = torch.nonzero(vocab.lengths > 0).flatten()
-    q0 = torch.arange(Q, device=dev).repeat_interleave(len(has))
-    tk = has.repeat(Q)
-    cur, k = q0.clone(), torch.zeros_like(q0)
-    i = 0
-    while len(tk):
-        b = vocab.flat[vocab.offset[tk] + i]
-        cell = cur * 256 + b
+    # live (start sub-state, token) pairs, one column each: rows pid (q * V + t), sub-state, units,
+    # read pointer, bytes left, token start (one tensor, so that dropping pairs is one op)
+    # (a pair can only live past its first byte if the sub-state takes that byte or may end there)
+    first = vocab.flat[vocab.offset]
+    alive = ((v.table[:, first] >= 0) | v.accept[:, None]) & (vocab.lengths > 0)[None, :]     # [Q, V]
+    q_all, t_all = torch.nonzero(alive, as_tuple=True)
+    off = vocab.offset[t_all]
+    st = torch.stack([q_all * V + t_all, q_all, torch.zeros_like(q_all), off, vocab.lengths[t_all], off])
+    PID, CUR, K, PTR, LEFT, START = range(6)
+    done = []                                                    # [5, n] blocks: pid, code, units, q, pos
+    skip_row, skip_to, skip_inc = _skips(vt, vocab)
+
+    def finish(sel, code, pos):
+        done.append(torch.stack([st[PID, sel], torch.full_like(st[PID, sel], code), st[K, sel], st[CUR, sel],
+                                 pos]))
+    while st.shape[1]:
+        # a run of bytes that loop on the sub-state (a value's ordinary characters) in one step
+        row = skip_row[st[CUR]]
+        j = torch.minimum(skip_to[row, st[PTR]], st[PTR] + st[LEFT])
+        d = j - st[PTR]
+        st[K] += d * skip_inc[row]
+        st[PTR] = j
+        st[LEFT] -= d
+        ended = st[LEFT] == 0
+        if bool(ended.any()):
+            finish(ended, STAYS, torch.full_like(st[PID, ended], -1))
+            st = st[:, ~ended]
+            if not st.shape[1]:
+                break
+        cell = st[CUR] * 256 + vocab.flat[st[PTR]]
         nq = table[cell]
-        stops = v.accept[cur] & (nq < 0)                         # ends the value here (if what follows takes b)
-        out[q0[stops], tk[stops]] = STOPS
-        units[q0[stops], tk[stops]] = k[stops]
-        q_end[q0[stops], tk[stops]] = cur[stops]
-        stop_pos[q0[stops], tk[stops]] = i
+        stops = v.accept[st[CUR]] & (nq < 0)                    # ends the value here (if what follows takes b)
+        if bool(stops.any()):
+            finish(stops, STOPS, st[PTR, stops] - st[START, stops])
         go = nq >= 0
-        q0, tk, cur, k = q0[go], tk[go], nq[go], k[go] + inc[cell[go]]
-        i += 1
-        ended = vocab.lengths[tk] <= i
-        out[q0[ended], tk[ended]] = STAYS
-        units[q0[ended], tk[ended]] = k[ended]
-        q_end[q0[ended], tk[ended]] = cur[ended]
-        q0, tk, cur, k = q0[~ended], tk[~ended], cur[~ended], k[~ended]
+        st[CUR] = nq
+        st[K] += inc[cell]
+        st[PTR] += 1
+        st[LEFT] -= 1
+        st = st[:, go]
+        ended = st[LEFT] == 0
+        if bool(ended.any()):
+            finish(ended, STAYS, torch.full_like(st[PID, ended], -1))
+            st = st[:, ~ended]
+    fin = torch.cat(done, 1) if done else torch.zeros((5, 0), dtype=torch.int64, device=dev)
+    ids = fin[0]
+
+    def spread(r: int, fill: int) -> torch.Tensor:
+        return torch.full((Q * V,), fill, dtype=torch.int64, device=dev).index_copy_(0, ids, fin[r]).view(Q, V)
+    out, units, q_end, stop_pos = spread(1, DIES), spread(2, 0), spread(3, -1), spread(4, -1)
     # the distinct (token, stop position) events
     qi, ti = torch.nonzero(out == STOPS, as_tuple=True)
     pair = ti * (vocab.max_len + 1) + stop_pos[qi, ti]
@@ -250,7 +298,10 @@ def _signature(vt: ValueType, vocab: FlatVocab) -> Signature:
     ev_of[qi, ti] = ev_index
     ev_tok, ev_pos = uniq // (vocab.max_len + 1), uniq % (vocab.max_len + 1)
     ev_byte = vocab.flat[vocab.offset[ev_tok] + ev_pos]
-    sig_id = classes_of(torch.cat([out, units, q_end, stop_pos]).T.contiguous())[0]
+    # one number per (token, sub-state): outcome, units, end sub-state, stop position
+    L = vocab.max_len + 2
+    packed = ((out * L + units) * (Q + 1) + q_end + 1) * L + stop_pos + 1           # [Q, V]
+    sig_id = classes_of(packed.T.contiguous())[0]
     reach = torch.where(out != DIES, units, 0).amax(1)
     return Signature(out, units, q_end, ev_of, ev_tok, ev_pos, ev_byte, sig_id, reach)
 
