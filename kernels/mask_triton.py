@@ -214,6 +214,8 @@ def _sample_kernel(logits_ptr, stride_row, tokens_ptr, counts_ptr,
     if GREEDY:
         tok = best_id
     else:
+        # the scratch G of the first pass is read back by other threads of this program: make it visible
+        tl.debug_barrier()
         # the best candidate block first; then every other one whose G could still beat the best z so far
         first_blk = best_id
         legal1, y1 = _tile(row_logits, r, token_class_ptr, row_next_ptr, first_blk * K + jj, V, C, inv_temp,
