@@ -9,6 +9,7 @@ Every error a user can cause ends as one line on stderr and a non-zero exit.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import json
 import os
@@ -154,6 +155,10 @@ def _generate(args, dist, taskfile, output) -> int:
     if output.out_path is not None and output.rank0:
         checkpoint, tokenizer_path = resolve_model_paths(args.checkpoint, args.tokenizer)
         settings = run_settings(args, taskfile, checkpoint, tokenizer_path, device, dtype, max_new)  # fingerprint.py
+        from .chat_template import pick_template
+        template = pick_template(tokenizer, tools=True)     # the prompt's form (its file may sit beside --tokenizer)
+        if template is not None:
+            settings["chat_template"] = "sha256:" + hashlib.sha256(template.encode("utf-8")).hexdigest()
         info = {"batchmask": __version__, "tasks": str(taskfile.name), "checkpoint": str(checkpoint),
                 "tokenizer": str(tokenizer_path), "tools": args.tools, "batch_size": args.batch_size,
                 "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -163,16 +168,19 @@ def _generate(args, dist, taskfile, output) -> int:
         todo = todo[dist.rank::dist.world]
     limits = [taskfile.limits[i] or max_new for i in todo]
     batch = max(1, min(args.batch_size, len(todo)))           # more slots than tasks would only cost memory
+    inputs = [taskfile.task_input(i) for i in todo]           # a task's text, or its JSONL "messages"
 
     def prepare():
         # every tool set's grammar (cached, in one table: grammar_store.py) and every prompt, before any write
         table, regs, groups = run_grammars(args, plan, todo, tokenizer, device)
-        encode_prompts([tasks[i] for i in todo], tokenizer, [regs[g] for g in groups], context)
+        encode_prompts(inputs, tokenizer, [regs[g] for g in groups], context, args.system)
         config = GenerationConfig(batch_size=batch, max_new_tokens=max([max_new, *limits]),
                                   temperature=args.temperature, top_p=args.top_p, seed=args.seed,
-                                  constrain=not args.no_constrain, record_counts=args.show, format=args.format)
+                                  constrain=not args.no_constrain, record_counts=args.show, format=args.format,
+                                  system=args.system)
         return BatchGenerator(model, tokenizer, registry, table, config, registries=regs), groups
     gen, groups = distributed.agree(dist, prepare)
+    todo_pos = {i: k for k, i in enumerate(todo)}
     output.commit(settings, info)
     sink = output.sink()
     progress = Progress(len(todo), enabled=not args.quiet)
@@ -183,12 +191,16 @@ def _generate(args, dist, taskfile, output) -> int:
         parsed += res.call is not None
         sink.write(res.record())
         if args.show:
+            from .prompt import render_prompt
+            reg = gen.registries[groups[todo_pos[res.index]]]            # the task's own tool set
+            prompt = render_prompt(reg, taskfile.task_input(res.index), tokenizer, system=args.system)
+            print("prompt: " + json.dumps(prompt, ensure_ascii=False), file=sys.stderr)   # the exact text, escaped
             show_call(res, tokenizer)
 
     t0 = time.perf_counter()
     interrupts.raise_from_now_on()
     try:
-        stats = gen.run([tasks[i] for i in todo], indices=todo, on_result=on_result, on_progress=progress,
+        stats = gen.run(inputs, indices=todo, on_result=on_result, on_progress=progress,
                         limits=limits, groups=groups)
     except KeyboardInterrupt:
         progress.close()
@@ -303,8 +315,10 @@ def _model_args(p):
 def _format_arg(p):
     from .envelope import FORMATS
     p.add_argument("--format", choices=FORMATS, default="seed",
-                   help='the call\'s envelope: seed {"tool":NAME,"args":{...}} (default) or json '
-                        '{"name":NAME,"arguments":{...}} (the OpenAI/Hermes body)')
+                   help='the call\'s envelope: seed {"tool":NAME,"args":{...}} (default), json '
+                        '{"name":NAME,"arguments":{...}} (the OpenAI body), llama3 {"name": NAME, "parameters": '
+                        '{...}} (Llama 3.1/3.2) or hermes <tool_call>\\n{"name": NAME, "arguments": {...}}\\n'
+                        '</tool_call> (Hermes, Qwen2.5)')
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -327,6 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--top-p", type=float_arg(0.0, 1.0, lo_open=True), default=1.0)
     g.add_argument("--no-constrain", action="store_true", help="the free arm: no grammar mask")
     _format_arg(g)
+    g.add_argument("--system", help="a system message before each task (models with a chat template)")
     g.add_argument("--bytes", action="store_true", help="the seed's byte rule instead of whole UTF-8 characters")
     g.add_argument("--out", help="JSONL output (default: stdout); its settings go to OUT.run.json, and OUT.lock "
                                  "is held while the run writes")

@@ -36,7 +36,8 @@ def show_call(res, tokenizer, stream=None):
     tty = stream.isatty()
     parts = []
     for tok, n in zip(res.token_ids or [], res.legal_counts or []):
-        piece = "<eos>" if tok == tokenizer.eos_id else tokenizer.token_bytes[tok].decode("utf-8", errors="replace")
+        stops = getattr(tokenizer, "stop_ids", (tokenizer.eos_id,))
+        piece = "<eos>" if tok in stops else tokenizer.token_bytes[tok].decode("utf-8", errors="replace")
         if tty:
             color = "2" if n == 1 else ("33" if n < 100 else "1;32")
             parts.append(f"\x1b[{color}m{piece}\x1b[0m\x1b[2m{_sub(n)}\x1b[0m")

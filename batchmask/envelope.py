@@ -9,11 +9,12 @@ the envelope and to the arguments object alike. The formats:
 
     seed    {"tool":"calc","args":{"expr":"1+2"}}           the seed's protocol
     json    {"name":"calc","arguments":{"expr":"1+2"}}      the OpenAI / Hermes body
+    llama3  {"name": "calc", "parameters": {"expr": "1+2"}}     Llama 3.1 / 3.2's JSON tool calls
+    hermes  <tool_call>\n{"name": "calc", "arguments": {"expr": "1+2"}}\n</tool_call>   Hermes, Qwen2.5
 
-A later format is one more `Envelope(...)` entry in ENVELOPES, for example Llama 3's
-`{"name": "calc", "parameters": {...}}` is `Envelope("llama3", "name", "parameters", (", ", ": "))`
-and Hermes' is the `json` body with `(", ", ": ")`, prefix "<tool_call>\\n" and suffix
-"\\n</tool_call>".
+A later format is one more `Envelope(...)` entry in ENVELOPES. The fixed text (prefix, keys, suffix) may be
+written by any tokens whose bytes spell it, a model's own added tokens included (Qwen2.5's `<tool_call>` is
+one added, non-special token: its bytes are its text); after the call only the tokenizer's stop ids are legal.
 
 `registry_node` turns a registry into one grammar node (an Alt over its tools, in registry
 order: `finish` breaks ties towards the first). Native tools keep the seed's semantics exactly
@@ -97,6 +98,9 @@ def _no_constant(name):
 ENVELOPES: dict[str, Envelope] = {
     "seed": Envelope("seed", "tool", "args"),
     "json": Envelope("json", "name", "arguments"),
+    # the formats instruct models were trained on, spaced as json.dumps' defaults (", " and ": ")
+    "llama3": Envelope("llama3", "name", "parameters", (", ", ": ")),                     # Llama 3.1 / 3.2
+    "hermes": Envelope("hermes", "name", "arguments", (", ", ": "), "<tool_call>\n", "\n</tool_call>"),  # Qwen2.5
 }
 FORMATS = tuple(ENVELOPES)
 

@@ -22,7 +22,7 @@ import torch
 
 from .limits import check_batch_fits, reduce_seed, task_seed
 from .masker import BatchMasker, sample_unmasked
-from .prompt import parse_call, render_prompt
+from .prompt import encode_prompt, parse_call, task_text
 from .registry import ToolRegistry
 
 
@@ -41,6 +41,7 @@ class GenerationConfig:
     continuous: bool = True          # False: refill only when the whole batch is done (static batching)
     record_counts: bool = False      # keep each token's legal count (for --show)
     format: str = "seed"             # the call format results are parsed in (batchmask.envelope)
+    system: str | None = None        # a system message before each task (chat templates only)
 
 
 @dataclass
@@ -76,17 +77,20 @@ class RunStats:
         return self.tokens / self.seconds if self.seconds else 0.0
 
 
-def encode_prompts(tasks: list[str], tokenizer, registry: ToolRegistry, seq_len: int) -> list[list[int]]:
+def encode_prompts(tasks: list, tokenizer, registry: ToolRegistry, seq_len: int,
+                   system: str | None = None) -> list[list[int]]:
     """Tokenise every prompt up front, so a task that cannot fit fails before any output.
-    `registry` may be a list: each task's own tool set."""
+
+    A task is its text, or a conversation (a list of messages) for a tokenizer with a chat template
+    (batchmask.prompt.render_prompt). `registry` may be a list: each task's own tool set."""
     prompts = []
     regs = registry if isinstance(registry, (list, tuple)) else [registry] * len(tasks)
     for i, (task, reg) in enumerate(zip(tasks, regs)):
-        ids = tokenizer.encode(render_prompt(reg, task), bos=True)
+        ids = encode_prompt(reg, task, tokenizer, system=system)
         if len(ids) >= seq_len:
             raise GenerationError(f"task {i}: prompt is {len(ids)} tokens but the model's context (seq_len) is "
                                   f"{seq_len}; it needs at least one position left for the call "
-                                  f"(task starts {task[:40]!r})")
+                                  f"(task starts {task_text(task)[:40]!r})")
         prompts.append(ids)
     return prompts
 
@@ -113,6 +117,7 @@ class BatchGenerator:
         self.device = next(model.parameters()).device
         self.grammar = grammar if c.constrain else None
         self.eos_id = int(tokenizer.eos_id)
+        stops = tuple(getattr(tokenizer, "stop_ids", None) or (self.eos_id,))
         self.seq_len = model.config.seq_len
         B, H = c.batch_size, c.max_new_tokens
         # refuse a batch whose KV cache and buffers cannot fit before allocating any of it
@@ -135,6 +140,7 @@ class BatchGenerator:
         if self.grammar is not None and len(starts) != len(self.registries):
             raise GenerationError(f"{len(self.registries)} tool sets but the grammar table holds {len(starts)}")
         self.starts = torch.tensor(starts, dtype=torch.int64, device=dev)      # [G] start state per tool set
+        self.stop_ids = torch.tensor(stops, dtype=torch.long, device=dev)      # [S] any of them ends a row
 
     # --- one step --------------------------------------------------------------------------------
     def _sample(self) -> torch.Tensor:
@@ -154,12 +160,11 @@ class BatchGenerator:
         """Write each active row's token into its history; return bool [B] rows that just finished."""
         self.history[self.rows, self.n_gen.clamp(max=self.config.max_new_tokens)] = tokens
         self.n_gen += active.long()
-        self.ended |= active & (tokens == self.eos_id)
+        self.ended |= active & torch.isin(tokens, self.stop_ids)
         return active & (self.ended | (self.n_gen >= self.limit))
 
     # --- results ---------------------------------------------------------------------------------
-    def _result(self, slot: int, index: int, task: str, started: float,
-                registry: ToolRegistry | None = None) -> Result:
+    def _result(self, slot: int, index: int, task, started: float, registry: ToolRegistry | None = None) -> Result:
         n = int(self.n_gen[slot])
         ids = self.history[slot, :n].tolist()
         ended = bool(self.ended[slot])
@@ -175,7 +180,8 @@ class BatchGenerator:
         text = data.decode("utf-8", errors="replace")
         call, error = parse_call(text, registry or self.registry, format=self.config.format)
         counts = self.counts[slot, :n].tolist() if self.config.record_counts else None
-        return Result(index, task, text, call, error, n, cut, time.perf_counter() - started, counts, ids, data)
+        return Result(index, task_text(task), text, call, error, n, cut, time.perf_counter() - started, counts, ids,
+                      data)
 
     # --- the loop --------------------------------------------------------------------------------
     def run(self, tasks: list[str], indices: list[int] | None = None,
@@ -197,7 +203,7 @@ class BatchGenerator:
         groups = [0] * len(tasks) if groups is None else [int(g) for g in groups]
         if len(groups) != len(tasks) or any(not 0 <= g < len(self.registries) for g in groups):
             raise GenerationError(f"groups: need one per task, each in [0, {len(self.registries)})")
-        prompts = encode_prompts(tasks, self.tokenizer, [self.registries[g] for g in groups], self.seq_len)
+        prompts = encode_prompts(tasks, self.tokenizer, [self.registries[g] for g in groups], self.seq_len, c.system)
         stats = RunStats()
         t0 = time.perf_counter()
         next_task = 0                                   # next position in `tasks` to start

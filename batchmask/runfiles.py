@@ -58,17 +58,27 @@ class TaskFile:
     tasks: list[str]
     limits: list[int | None]
     lines: list[int]                             # the line each task came from (for error messages)
+    # JSONL "messages" (a conversation for the chat template) per task, None where the task is its text;
+    # empty when no line has any. tasks[i] is then the conversation's last user message (batchmask.prompt)
+    messages: list = field(default_factory=list)
     # JSONL "tools" per task (its own tool set, any form --tools accepts, as read; batchmask.grammar_store),
     # None where the task uses the run's --tools; empty when no line has any
     tools: list = field(default_factory=list)
 
     def key(self) -> str:
-        """sha256 of the tasks and their ceilings, in order (what the results depend on, not the file's form)."""
+        """sha256 of the tasks, their ceilings and their messages, in order (what the results depend on, not the
+        file's form)."""
         rows = [[t, n] for t, n in zip(self.tasks, self.limits)]
+        if any(m is not None for m in self.messages):
+            rows = [[t, n, m] for (t, n), m in zip(rows, self.messages)]
         if any(x is not None for x in self.tools):     # a task's own tools change its prompt and grammar
             rows = [[*r, x] for r, x in zip(rows, self.tools)]
         blob = json.dumps(rows, ensure_ascii=False)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+    def task_input(self, i: int):
+        """What the prompt is built from: task i's messages if it has them, else its text."""
+        return self.messages[i] if self.messages and self.messages[i] is not None else self.tasks[i]
 
     def check_limits(self, ceiling: int, what: str) -> None:
         """Refuse a task's max_new_tokens above `ceiling` (the model's context, named by `what`)."""
@@ -115,12 +125,12 @@ def read_tasks(path: str, fmt: str = "auto") -> TaskFile:
             # a JSONL file whose first line is broken must not silently become plain tasks
             for n, ln in lines[1:]:
                 obj = _json_object(ln)
-                if obj is not None and "task" in obj:
+                if obj is not None and ("task" in obj or "messages" in obj):
                     raise RunFileError(f"{name} line {lines[0][0]}: not a JSON object, but line {n} is a JSONL task; "
                                        f"fix the line or pass --tasks-format text|jsonl")
     if fmt == "text":
         return TaskFile(name, "text", [ln.strip() for _, ln in lines], [None] * len(lines), [n for n, _ in lines])
-    tasks, limits, tools = [], [], []
+    tasks, limits, convos, tools = [], [], [], []
     for n, ln in lines:
         try:
             obj = json.loads(ln)
@@ -131,19 +141,42 @@ def read_tasks(path: str, fmt: str = "auto") -> TaskFile:
         if not isinstance(obj, dict):
             raise RunFileError(f"{name} line {n}: expected a JSON object, got {type(obj).__name__}")
         task = obj.get("task")
-        if not isinstance(task, str) or not task.strip():
-            raise RunFileError(f"{name} line {n}: expected a non-empty string \"task\", got {task!r:.60}")
+        convo = _messages(obj, name, n)
+        if convo is not None:
+            from .prompt import task_text
+            task = task_text(convo)
+        elif not isinstance(task, str) or not task.strip():
+            raise RunFileError(f"{name} line {n}: expected a non-empty string \"task\" (or \"messages\"), "
+                               f"got {task!r:.60}")
         limit = obj.get("max_new_tokens")
         if limit is not None and (type(limit) is not int or not 1 <= limit <= MAX_TASK_TOKENS):
             raise RunFileError(f"{name} line {n}: \"max_new_tokens\" must be a positive integer, got {limit!r:.40}")
         tasks.append(task)
         limits.append(limit)
+        convos.append(convo)
         tools.append(obj.get("tools"))
         if tools[-1] is not None and not isinstance(tools[-1], (list, dict)):
             raise RunFileError(f"{name} line {n}: \"tools\" must be a list of tools or an object with \"tools\" "
                                f"(any form --tools accepts), got {type(tools[-1]).__name__}")
     return TaskFile(name, "jsonl", tasks, limits, [n for n, _ in lines],
+                    convos if any(c is not None for c in convos) else [],
                     tools if any(x is not None for x in tools) else [])
+
+
+def _messages(obj: dict, name: str, n: int) -> list | None:
+    """A JSONL task's "messages" (a non-empty list of objects with a string "role"), None if it has none."""
+    convo = obj.get("messages")
+    if convo is None:
+        return None
+    if "task" in obj:
+        raise RunFileError(f"{name} line {n}: has both \"task\" and \"messages\"; give one")
+    if not isinstance(convo, list) or not convo:
+        raise RunFileError(f"{name} line {n}: \"messages\" must be a non-empty list of messages, got {convo!r:.60}")
+    for k, m in enumerate(convo):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise RunFileError(f"{name} line {n}: \"messages\"[{k}] must be an object with a string \"role\", "
+                               f"got {m!r:.60}")
+    return convo
 
 
 # --- result files ---------------------------------------------------------------------------------

@@ -327,8 +327,10 @@ def _read_side_files(tok: HFTokenizer, directory: Path | None, specials: dict[st
     tok.bos_token, bos = token_id("bos_token")
     tok.eos_token, eos = token_id("eos_token")
     template = tc.get("chat_template")
+    tok.chat_templates = {}
     if isinstance(template, list):  # several named templates: the default one, else the first
         named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        tok.chat_templates = {k: v for k, v in named.items() if isinstance(k, str) and isinstance(v, str)}
         template = named.get("default", next(iter(named.values()), None))
     jinja = directory / "chat_template.jinja" if directory is not None else None
     if template is None and jinja is not None and jinja.is_file():
@@ -356,22 +358,15 @@ def _read_side_files(tok: HFTokenizer, directory: Path | None, specials: dict[st
 def _template_end_tokens(template: str, specials: dict[str, int], bos_token, eos_token) -> list[int]:
     """The special token the chat template writes right after an assistant message, if any.
 
-    Rendered as transformers renders templates (sandboxed jinja2, trim_blocks, lstrip_blocks); a
-    template that needs more than a plain two-message conversation yields nothing, not an error."""
-    import jinja2.ext
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    Rendered as transformers renders templates (batchmask.chat_template); a template that needs more
+    than a plain two-message conversation yields nothing, not an error."""
+    from batchmask.chat_template import render
 
-    def raise_exception(message):
-        raise jinja2.exceptions.TemplateError(message)
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
-    env.globals.update(raise_exception=raise_exception, strftime_now=lambda fmt: "1 Jan 2026")
-    env.filters["tojson"] = lambda x, **kw: json.dumps(x, ensure_ascii=False, **kw)
     sentinel = "\x02batchmask-reply\x03"
     messages = [{"role": "user", "content": "\x02batchmask-task\x03"}, {"role": "assistant", "content": sentinel}]
     try:
-        out = env.from_string(template).render(messages=messages, add_generation_prompt=False,
-                                               bos_token=bos_token or "", eos_token=eos_token or "")
+        out = render(template, messages, add_generation_prompt=False, bos_token=bos_token or "",
+                     eos_token=eos_token or "")
     except Exception:  # any template error: this conversation is not one it can render
         return []
     if sentinel not in out:
