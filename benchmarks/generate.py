@@ -5,12 +5,13 @@ continuous vs static batching, with a stories15M-shaped random checkpoint (dim 2
 
     .venv/bin/python benchmarks/generate.py [--quick] [--device cpu|cuda] [--graphs] [--json out.json]
 
-Three measurements:
+Measurements:
   generate    BatchGenerator.run on the same task list, constrained and free, at B in {1, 16, 64}:
               tokens/s (sampled tokens, EOS included, over the whole run with its prefills) and ms/step.
   overhead    the decode loop alone (no refills, no prefill), free and constrained blocks interleaved so a
               shared machine's load hits both alike: constrained ms/step / free ms/step.
               Target (CPU): <= 1.05 at B = 64.
+  mixed       (--mixed) 64 rows over 16 tool sets in one table vs one tool set: benchmarks/mixed.py
   batching    continuous vs static batching on one constrained task list mixing short and long calls
               (a quarter may run to 96 tokens, the rest are capped at 12 and closed by finish());
               lengths reported as a distribution. Target: continuous >= 1.3x static.
@@ -279,6 +280,8 @@ def main():
                     help="torch intra-op threads (default: the cores not busy with other work)")
     ap.add_argument("--tokenizer", help="tokenizer file (default ../shared/llama2/tokenizer.model)")
     ap.add_argument("--batches", default=",".join(map(str, BATCHES)))
+    ap.add_argument("--mixed", action="store_true",
+                    help="also 16 tool sets in one batch: compile, memory, per-token cost (benchmarks/mixed.py)")
     args = ap.parse_args()
     device = torch.device(args.device)
     if args.graphs and device.type != "cuda":
@@ -348,6 +351,9 @@ def main():
     results["continuous_step_ratio"] = step_gain
     print(f"{'':<10} continuous / static: {speedup:.2f}x tokens/s (target >= 1.3x), "
           f"{step_gain:.2f}x fewer steps for the same tokens")
+    if args.mixed:
+        from benchmarks.mixed import run as run_mixed
+        results["mixed"] = run_mixed(tokenizer, device, quick=args.quick, model=model)
     print(f"# load average (1 min) at end: {os.getloadavg()[0]:.2f}")
 
     if args.json:

@@ -1,0 +1,201 @@
+"""
+Many tool sets in one batch (issue 16): 16 distinct tool sets drawn from the typed catalogue
+(../shared/tools/agent_tools.json), compiled for the Llama 2 tokenizer and combined into one table.
+
+    .venv/bin/python benchmarks/mixed.py [--quick] [--sets 16] [--tools-per-set 6] [--json out.json]
+    .venv/bin/python benchmarks/generate.py --mixed        (the same section, after the others)
+
+Three measurements:
+  compile   each tool set compiled on a warm tokenizer (the vocabulary work of the first compile is cached per
+            tokenizer), then read back from its cache file (a second run), then the 16 combined (grammar_set.combine).
+            Target: 16 catalogue-sized sets in <= 16 x 20 ms.
+  memory    device bytes of the combined table (what the masker holds) against the 16 tables side by side.
+            Target: no more than the sum.
+  step      B = 64 rows, 4 per tool set, each in its own grammar (one table), against 64 rows of one tool set in
+            its own grammar, in the same states row for row (a recorded greedy run replayed; see measure_step):
+            model + mask + sample + advance per token. Target: mixed / single <= 1.1 (aim 1.02).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from batchmask import compile_grammar  # noqa: E402
+from batchmask.generation import encode_prompts  # noqa: E402
+from batchmask.grammar_set import combine  # noqa: E402
+from batchmask.grammar_store import GrammarStore  # noqa: E402
+from batchmask.masker import BatchMasker  # noqa: E402
+from batchmask.registry import ToolRegistry  # noqa: E402
+from benchmarks.model import STORIES15M, sync  # noqa: E402
+
+CATALOGUE = ROOT.parent / "shared" / "tools" / "agent_tools.json"
+FORMAT = "json"
+
+
+def tool_sets(n: int, per_set: int, seed: int = 0) -> list[ToolRegistry]:
+    """n distinct tool sets of `per_set` tools each (random subsets of the catalogue, in random order)."""
+    tools = json.loads(CATALOGUE.read_text())["tools"]
+    rng = random.Random(seed)
+    seen, out = set(), []
+    while len(out) < n:
+        pick = rng.sample(tools, min(per_set, len(tools)))
+        key = json.dumps(pick)
+        if key not in seen:
+            seen.add(key)
+            out.append(ToolRegistry.from_obj({"tools": pick}, source=f"<set {len(out)}>"))
+    return out
+
+
+def masker_bytes(m: BatchMasker) -> int:
+    t = m.tables
+    return sum(x.numel() * x.element_size() for x in (t.token_class, t.state_row, t.row_next, t.legal_count,
+                                                      t.class_first_token))
+
+
+def measure_compile(regs, tokenizer, device) -> tuple[list, dict]:
+    compile_grammar(regs[0], tokenizer, format=FORMAT)             # warm: the tokenizer's vocabulary work
+    with tempfile.TemporaryDirectory() as cache:
+        store = GrammarStore(tokenizer, format=FORMAT, device=device, cache_dir=Path(cache))
+        t0 = time.perf_counter()
+        each = []
+        for r in regs:
+            t = time.perf_counter()
+            store.grammar(r)
+            each.append(time.perf_counter() - t)
+        compile_s = time.perf_counter() - t0
+        again = GrammarStore(tokenizer, format=FORMAT, device=device, cache_dir=Path(cache))
+        t0 = time.perf_counter()
+        grammars = [again.grammar(r) for r in regs]
+        load_s = time.perf_counter() - t0
+        assert again.compiled == 0
+    t0 = time.perf_counter()
+    table = combine(grammars)
+    combine_s = time.perf_counter() - t0
+    return [grammars, table], {"sets": len(regs), "compile_s": compile_s, "compile_each_ms": [1e3 * x for x in each],
+                               "cache_load_s": load_s, "combine_s": combine_s, "target_s": 0.020 * len(regs)}
+
+
+def measure_step(model, tokenizer, regs, grammars, table, B: int, steps: int, reps: int) -> dict:
+    """Per-token cost of B rows over the G tool sets (B / G each) against B rows of one tool set.
+
+    The model's step is the same in both (same B, same positions); what differs is the masker. So one
+    constrained greedy run of the mixed batch is recorded (its logits per step, and the model's ms per step),
+    then replayed through the combined table, and, for each tool set k, through k's own grammar alone with
+    all B rows replaying the rows of set k: the same states, row for row, as the mixed batch's rows of set k.
+    Mixed and single replays are timed back to back, rep after rep. Per token:
+    (model + mixed mask) / (model + mean over k of one set's mask)."""
+    dev = next(model.parameters()).device
+    G = len(grammars)
+    groups = [r % G for r in range(B)]
+    starts = [table.starts[g] for g in groups]
+    prompts = encode_prompts([f"task {r}: please do the thing" for r in range(B)], tokenizer,
+                             [regs[g] for g in groups], model.config.seq_len - steps - 1)
+    model.setup_cache(B)
+    T = max(len(p) for p in prompts)
+    ids = torch.zeros(B, T, dtype=torch.long)
+    for j, p in enumerate(prompts):
+        ids[j, :len(p)] = torch.tensor(p)
+    logits = model.prefill(torch.arange(B), ids.to(dev), torch.tensor([len(p) for p in prompts], device=dev))
+    rec = BatchMasker(table, B, device=dev, max_tokens=steps + 1)
+    rec.reset(starts=starts)
+    seq, decode_s = [], []
+    for _ in range(steps):
+        seq.append(logits.clone())
+        tokens = rec.sample(logits, 0.0)
+        sync(dev)
+        t = time.perf_counter()
+        logits = model.decode(tokens)
+        sync(dev)
+        decode_s.append(time.perf_counter() - t)
+    rec.check()
+
+    def replay(m, stream, reset) -> float:
+        reset(m)
+        sync(dev)
+        t0 = time.perf_counter()
+        for x in stream:
+            m.sample(x, 0.0)
+        sync(dev)
+        return (time.perf_counter() - t0) / len(stream)
+
+    mixed_m = BatchMasker(table, B, device=dev, max_tokens=steps + 1)
+    singles = [BatchMasker(g, B, device=dev, max_tokens=steps + 1) for g in grammars]
+    mixed_t, single_t = [], [[] for _ in range(G)]
+    load = os.getloadavg()[0]
+    for k in range(G):
+        rows = [r for r in range(B) if groups[r] == k]
+        pick = torch.tensor([rows[j % len(rows)] for j in range(B)], device=dev)
+        stream = [x.index_select(0, pick) for x in seq]                       # B rows replaying set k's rows
+        for _ in range(reps):
+            mixed_t.append(replay(mixed_m, seq, lambda m: m.reset(starts=starts)))
+            single_t[k].append(replay(singles[k], stream, lambda m: m.reset()))
+    model_ms = 1e3 * statistics.median(decode_s)
+    mixed_ms = 1e3 * statistics.median(mixed_t)
+    single_ms = statistics.fmean(1e3 * statistics.median(t) for t in single_t)
+    return {"B": B, "sets": G, "steps": steps, "reps": reps, "model_ms": model_ms, "mixed_mask_ms": mixed_ms,
+            "single_mask_ms": single_ms, "mask_ratio": mixed_ms / single_ms,
+            "ratio": (model_ms + mixed_ms) / (model_ms + single_ms),
+            "single_mask_ms_each": [1e3 * statistics.median(t) for t in single_t], "load": load,
+            "done_rows_at_end": int(rec.done.sum())}
+
+
+def run(tokenizer, device, sets: int = 16, per_set: int = 6, quick: bool = False, model=None) -> dict:
+    regs = tool_sets(sets, per_set)
+    (grammars, table), comp = measure_compile(regs, tokenizer, device)
+    print(f"\n{'mixed':<10} compile {sets} sets of {per_set} tools (warm tokenizer): {comp['compile_s']:.2f} s "
+          f"(each {min(comp['compile_each_ms']):.0f}-{max(comp['compile_each_ms']):.0f} ms; target "
+          f"<= {comp['target_s']:.2f} s); from cache files {comp['cache_load_s']:.2f} s; combine "
+          f"{comp['combine_s']:.2f} s", flush=True)
+    apart = sum(g.nbytes for g in grammars)
+    mem = {"combined_bytes": table.nbytes, "apart_bytes": apart, "ratio": table.nbytes / apart,
+           "states": table.num_states, "rows": table.num_rows, "classes": table.num_classes,
+           "rows_apart": sum(g.num_rows for g in grammars),
+           "classes_apart": [g.num_classes for g in grammars]}
+    print(f"{'':<10} memory: combined {table.nbytes / 1e6:.1f} MB ({table.num_states} states, {table.num_rows} rows "
+          f"x {table.num_classes} classes, {str(table.row_next.dtype).removeprefix('torch.')}) vs {apart / 1e6:.1f} MB "
+          f"apart ({mem['rows_apart']} rows, {min(mem['classes_apart'])}-{max(mem['classes_apart'])} classes): "
+          f"{mem['ratio']:.2f}x (target <= 1)", flush=True)
+    if model is None:
+        from benchmarks.generate import random_model
+        model = random_model(STORIES15M, device, torch.float32 if torch.device(device).type == "cpu" else
+                             torch.bfloat16)
+    step = measure_step(model, tokenizer, regs, grammars, table, 64, steps=12 if quick else 24, reps=3 if quick else 5)
+    mem["masker_bytes_mixed"] = masker_bytes(BatchMasker(table, 1, device=device))
+    print(f"{'':<10} step B=64: model {step['model_ms']:.1f} ms + mask: one tool set {step['single_mask_ms']:.2f} ms, "
+          f"{sets} sets in one table {step['mixed_mask_ms']:.2f} ms ({step['mask_ratio']:.2f}x): "
+          f"{step['ratio']:.3f}x per token (target <= 1.1, aim 1.02); load {step['load']:.2f}", flush=True)
+    return {"compile": comp, "memory": mem, "step": step}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--sets", type=int, default=16)
+    ap.add_argument("--tools-per-set", type=int, default=6)
+    ap.add_argument("--tokenizer", help="tokenizer file (default ../shared/llama2/tokenizer.model)")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    from benchmarks.generate import MemoEncode, find_tokenizer
+    tokenizer, note = find_tokenizer(args.tokenizer)
+    print(f"# tokenizer: {note}; {torch.get_num_threads()} threads; load {os.getloadavg()[0]:.2f}")
+    out = run(MemoEncode(tokenizer), torch.device(args.device), args.sets, args.tools_per_set, args.quick)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+        print(f"# wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
