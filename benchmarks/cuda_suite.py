@@ -27,6 +27,10 @@ pointless). OUT.json is rewritten after every section, so a run cut short still 
   hf_model     a SmolLM2-135M-shaped random Hugging Face directory (dim 576, 30 layers, 9/3 heads, vocab 49152,
                tied; bf16 safetensors) through load_checkpoint in bf16: graphed decode == eager, then decode
                tokens/s at B in {1, 16, 64}, eager and with CUDA graphs.
+  hf_processor transformers' model.generate on a small random LlamaForCausalLM with the compiled grammar's
+               vocabulary, greedy, left-padded, at B in {1, 64}: ms per step without a processor and with
+               batchmask.hf.LogitsProcessor (Triton on CUDA), and the ms spent inside it per step
+               (benchmarks/hf_processor.py, which also runs xgrammar's processor beside it).
 
 --smoke runs all of it at tiny sizes on the CPU (Triton under TRITON_INTERPRET=1, set below before triton is
 imported; a small synthetic vocabulary and model). The CUDA-only parts get CPU stand-ins: a host memcpy for the
@@ -425,6 +429,46 @@ def section_hf_model(plan: Plan, state: dict, deadline: float) -> dict:
             "skipped": skipped, "graph_note": "" if plan.device == "cuda" else "CPU: eager only"}
 
 
+def section_hf_processor(plan: Plan, state: dict) -> dict:
+    """generate() without a processor and with batchmask's (benchmarks/hf_processor.py run_arm), same model and
+    prompts; every constrained sequence must be a grammar-legal call (the processor's check())."""
+    import transformers
+
+    from batchmask.hf import LogitsProcessor
+    from benchmarks.hf_processor import left_padded, run_arm
+    grammar = state["grammar"]
+    dev = torch.device(plan.device)
+    cuda = plan.device == "cuda"
+    cfg = transformers.LlamaConfig(hidden_size=256 if cuda else 32, intermediate_size=512 if cuda else 64,
+                                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                   vocab_size=grammar.vocab_size, max_position_embeddings=512,
+                                   eos_token_id=list(grammar.stop_ids), pad_token_id=grammar.eos_id)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).eval().to(dev)
+    gen = torch.Generator().manual_seed(0)
+    batches, new_tokens, repeats = ([1, 64], 32, 3) if cuda else ([2], 4, 1)
+    runs = []
+    log(f"  {'B':>4} {'steps':>5} {'generate ms':>12} {'+ batchmask ms':>15} {'in processor ms':>16}")
+    for B in batches:
+        prompts = [torch.randint(0, grammar.vocab_size, (int(n),), generator=gen).tolist()
+                   for n in torch.randint(8, 40, (B,), generator=gen)]
+        ids, mask = left_padded(prompts, grammar.eos_id, dev)
+        base, _, steps = run_arm(model, ids, mask, None, new_tokens, grammar.eos_id, dev, repeats)
+        proc = LogitsProcessor(grammar, B, device=dev)
+
+        def again(proc=proc):
+            proc.check()                       # the previous call's sequences were all legal
+            proc.reset()
+            return proc
+        ours, inside, ours_steps = run_arm(model, ids, mask, again, new_tokens, grammar.eos_id, dev, repeats)
+        proc.check()
+        runs.append({"B": B, "steps": steps, "generate_ms": 1e3 * base, "batchmask_ms": 1e3 * ours,
+                     "in_processor_ms": 1e3 * inside, "batchmask_steps": ours_steps, "backend": proc.masker.backend})
+        log(f"  {B:>4} {steps:>5} {1e3 * base:>12.3f} {1e3 * ours:>15.3f} {1e3 * inside:>16.3f}")
+    return {"model": {"hidden": cfg.hidden_size, "layers": 2, "vocab": grammar.vocab_size}, "runs": runs,
+            "new_tokens": new_tokens, "repeats": repeats}
+
+
 # ----------------------------------------------------------------------------------------------------------
 # summary
 
@@ -457,6 +501,10 @@ def summary_rows(report: dict) -> list[tuple[str, str, str]]:
     for r in s.get("hf_model", {}).get("runs", []):
         rows.append((f"SmolLM2-135M shape B={r['B']} {'graphs' if r['graphs'] else 'eager'}",
                      f"{r['tokens_per_s']:,.0f} tok/s, {r['ms_per_step']:.3f} ms/step", ""))
+    for r in s.get("hf_processor", {}).get("runs", []):
+        rows.append((f"model.generate + LogitsProcessor B={r['B']}",
+                     f"{r['batchmask_ms']:.3f} vs {r['generate_ms']:.3f} ms/step ({r['in_processor_ms']:.3f} inside)",
+                     ""))
     for name, sec in s.items():
         if "error" in sec:
             rows.append((f"{name}", "FAILED: " + sec["error"].splitlines()[-1][:80], ""))
@@ -537,6 +585,8 @@ def main():
     else:
         run("generation", section_generation, started + args.budget_s)
     run("hf_model", section_hf_model, started + args.budget_s + 60)
+    if state.get("grammar") is not None:
+        run("hf_processor", section_hf_processor)
     save()
     print_summary(report)
     log(f"# wrote {args.out} ({time.perf_counter() - started:.1f} s)")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = ["bandwidth", "compile", "correctness", "kernels", "generation", "hf_model"]
+SECTIONS = ["bandwidth", "compile", "correctness", "kernels", "generation", "hf_model", "hf_processor"]
 
 pytest.importorskip("triton")
 
@@ -57,6 +57,9 @@ def test_smoke_figures_are_complete(smoke_report):
     hf = s["hf_model"]  # the HF-directory model: loaded, checked against eager, timed at every batch size
     assert not hf["skipped"] and hf["graph_vs_eager_rel"] < 2e-2 and hf["load_s"] > 0
     assert [r["B"] for r in hf["runs"]] == [2] and all(r["tokens_per_s"] > 0 for r in hf["runs"])
+    proc = s["hf_processor"]  # model.generate with batchmask's logits processor, next to generate without it
+    assert [r["B"] for r in proc["runs"]] == [2]
+    assert all(r["generate_ms"] > 0 and r["batchmask_ms"] > 0 and r["in_processor_ms"] > 0 for r in proc["runs"])
 
 
 def test_tokenizer_falls_back_to_a_synthetic_vocabulary(tmp_path):

@@ -114,3 +114,25 @@ def test_beam_search_and_wrong_batch_are_refused(setup):
     with pytest.raises(ValueError, match="got a batch of 2 sequences; pass batch_size=2"):
         model.generate(input_ids=ids, attention_mask=mask, logits_processor=[LogitsProcessor(grammar, 3)],
                        max_new_tokens=3, pad_token_id=PAD)
+
+
+def test_a_finished_row_allows_only_the_end_token(setup):
+    """generate told to stop on an id the grammar never allows keeps every row running to the token ceiling:
+    after its call (the first stop id) a row holds nothing but the end token."""
+    model, _, tok, reg, grammar = setup
+    prompts = [encode_prompt(reg, t, tok) for t in TASKS[:3]]
+    ids, mask = left_padded(prompts)
+    never = 50300                                             # a padded id: no bytes, never legal
+    proc = LogitsProcessor(grammar, 3, device="cpu")
+    out = model.generate(input_ids=ids, attention_mask=mask, logits_processor=[proc], max_new_tokens=100,
+                         eos_token_id=[never], pad_token_id=PAD, do_sample=True, temperature=1.0, top_k=0)
+    proc.check()
+    finished = 0
+    for row in out[:, ids.shape[1]:].tolist():
+        assert never not in row and len(row) == 100
+        stop = next((k for k, t in enumerate(row) if t in tok.stop_ids), None)
+        if stop is not None:
+            finished += 1
+            assert set(row[stop:]) == {grammar.eos_id}
+            assert parse_call(tok.decode(row[:stop]), reg, format=FMT)[0] is not None
+    assert finished >= 2
