@@ -103,3 +103,25 @@ def sparse_classes(item: torch.Tensor, col: torch.Tensor, val: torch.Tensor, n_i
         ids = ids + 1
         ids[none] = 0
     return ids
+
+
+def refine(base: torch.Tensor, item: torch.Tensor, col: torch.Tensor, val: torch.Tensor) -> torch.Tensor:
+    """Split the classes `base` [V] (dense ids) by sparse rows {col: val} per item (each (item, col) once).
+
+    Items with equal base class and equal sparse rows keep one class; items without entries keep
+    their base class. Only the items with entries are sorted, never all V (the vocabulary can be
+    150K tokens). Returns dense class ids [V].
+    """
+    dev = base.device
+    if len(item) == 0:
+        return base
+    items, local = torch.unique(item, return_inverse=True)                    # [T], [P]
+    rows = sparse_classes(local, col, val, len(items))                         # [T]
+    B = int(base.max()) + 1
+    pair = base[items] * (int(rows.max()) + 1) + rows
+    _, pid = torch.unique(pair, return_inverse=True)
+    out = base.clone()
+    out[items] = B + pid
+    present = torch.zeros(B + int(pid.max()) + 1, dtype=torch.int64, device=dev)
+    present[out] = 1
+    return (torch.cumsum(present, 0) - 1)[out]

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from .automaton import Automaton, byte_table
-from .classes import classes_of, in_first_use_order, sparse_classes
+from .classes import classes_of, first_of_each, in_first_use_order, refine
 from .next_codes import encode_relative
 from .tokensim import STAYS, STOPS, ByteSteps, VocabPrep, after_stops, explicit_columns
 from .values import close_ok, stays_ok
@@ -75,15 +75,10 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     # Token keys: first how a token behaves in block cells (role: eos / other stop / text; its
     # signatures; what follows a value it ends), then with its explicit columns as well. Block
     # rows are computed per value class (far fewer than classes), then spread to the classes.
-    role = torch.zeros(V, dtype=torch.int64, device=dev)
-    role[list(prep.stop_ids)] = 2
-    role[prep.eos_id] = 1
-    parts = [role]
     a_tok, a_col, a_val = [], [], []
     Qmax = max([vt.num_substates for vt in vts], default=1)
     for vt in vts:
         sig = sigs[vt.name]
-        parts.append(sig.sig_id)
         qi, ti = torch.nonzero(sig.ev_of >= 0, as_tuple=True)
         for j, k in enumerate(blocks_of[vt.name]):
             val = after_ev[vt.name][j, sig.ev_of[qi, ti]]
@@ -91,10 +86,14 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
             a_tok.append(ti[ok])
             a_col.append(k * Qmax + qi[ok])
             a_val.append(val[ok])
+    base = prep.value_classes(vts)                                                     # cached per tokenizer
     if a_tok:
-        parts.append(sparse_classes(torch.cat(a_tok), torch.cat(a_col), torch.cat(a_val), V))
-    value_class, value_rep = classes_of(torch.stack(parts, 1))                         # [V], [Cv]
-    token_class, rep = classes_of(torch.stack([value_class, sparse_classes(tok, src, nxt, V)], 1))
+        value_class = refine(base, torch.cat(a_tok), torch.cat(a_col), torch.cat(a_val))
+    else:
+        value_class = base
+    value_rep = first_of_each(value_class)                                             # [Cv]
+    token_class = refine(value_class, tok, src, nxt)
+    rep = first_of_each(token_class)
     C = len(rep)
     spread = value_class[rep]                                                          # [C] value class of each
     class_size = torch.bincount(token_class, minlength=C)

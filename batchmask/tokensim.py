@@ -39,12 +39,11 @@ class FlatVocab:
     def __init__(self, token_bytes: list[bytes], device):
         lengths = np.fromiter((len(b) for b in token_bytes), dtype=np.int64, count=len(token_bytes))
         joined = b"".join(token_bytes) + b"\0"                    # one pad byte: reads past a token stay in range
-        self.flat = torch.from_numpy(np.frombuffer(joined, dtype=np.uint8).astype(np.int64)).to(device)  # [N+1]
+        self.flat_np = np.frombuffer(joined, dtype=np.uint8).astype(np.int64)                             # [N+1]
+        self.flat = torch.from_numpy(self.flat_np).to(device)                                            # [N+1]
         self.lengths = torch.from_numpy(lengths).to(device)                                              # [V]
         self.offset = torch.cumsum(self.lengths, 0) - self.lengths                                       # [V]
         self.max_len = int(lengths.max(initial=0))
-        self.owner = torch.repeat_interleave(torch.arange(len(token_bytes), device=device), self.lengths)  # [N]
-        self.pos = torch.arange(len(self.owner), device=device) - self.offset[self.owner]                # [N]
         # tokens grouped by their first two bytes: group 257 * b1 + b2, b2 = 256 for one-byte tokens
         # (tokens without bytes get a group past the end)
         second = torch.where(self.lengths > 1, self.flat[(self.offset + 1).clamp(max=len(self.flat) - 1)], 256)
@@ -87,6 +86,19 @@ class VocabPrep:
         if vt.name not in self.signatures:
             self.signatures[vt.name] = _signature(vt, self.vocab)
         return self.signatures[vt.name]
+
+    def value_classes(self, vts: list) -> torch.Tensor:
+        """int64 [V]: tokens alike in every value type of `vts` and in their role (eos, other stop, text)."""
+        key = tuple(sorted(vt.name for vt in vts))
+        if key not in self.signatures:
+            V = len(self.vocab)
+            dev = self.vocab.flat.device
+            role = torch.zeros(V, dtype=torch.int64, device=dev)
+            role[list(self.stop_ids)] = 2
+            role[self.eos_id] = 1
+            parts = [role] + [self.signature(vt).sig_id for vt in sorted(vts, key=lambda v: v.name)]
+            self.signatures[key] = classes_of(torch.stack(parts, 1))[0]
+        return self.signatures[key]
 
 
 _CACHE: OrderedDict = OrderedDict()
@@ -209,70 +221,70 @@ def explicit_columns(edges: torch.Tensor, steps: ByteSteps, vocab: FlatVocab):
 
 
 # --- value-type signatures ---------------------------------------------------------------------------
-def _skips(vt: ValueType, vocab: FlatVocab):
+def _skips(vt: ValueType, flat: np.ndarray):
     """Run skipping: (row per sub-state [Q], skip_to [R, N+1], units per skipped byte [R]).
 
     Row 0 skips nothing; a sub-state whose loop bytes (bytes that lead back to it, all adding the
-    same units) are many gets a row where skip_to[row, p] is the first position >= p whose byte
-    is not one of them.
+    same units: a value's ordinary characters) are many gets a row where skip_to[row, p] is the
+    first position >= p whose byte is not one of them.
     """
-    dev = vocab.flat.device
-    N1 = len(vocab.flat)
-    pos = torch.arange(N1, device=dev)
+    N1 = len(flat)
+    pos = np.arange(N1)
     rows, incs = [pos], [0]
-    row_of = torch.zeros(vt.num_substates, dtype=torch.int64, device=dev)
+    row_of = np.zeros(vt.num_substates, dtype=np.int64)
     for q in range(vt.num_substates):
         loop = vt.table[q] == q
         if loop.sum() < 8 or len(set(vt.inc[q][loop].tolist())) != 1:
             continue
-        breaks = ~torch.as_tensor(loop, device=dev)[vocab.flat]
+        breaks = ~loop[flat]
         breaks[-1] = True                                            # the pad byte
-        first_break = torch.where(breaks, pos, N1).flip(0).cummin(0).values.flip(0)
+        first_break = np.minimum.accumulate(np.where(breaks, pos, N1)[::-1])[::-1]
         row_of[q] = len(rows)
         rows.append(first_break)
         incs.append(int(vt.inc[q][loop][0]))
-    return row_of, torch.stack(rows), torch.tensor(incs, device=dev)
+    return row_of, np.stack(rows), np.array(incs, dtype=np.int64)
 
 
 def _signature(vt: ValueType, vocab: FlatVocab) -> Signature:
+    """Simulated on the host in numpy (small ops on shrinking arrays: numpy's per-op cost is a
+    fraction of torch's), once per tokenizer and value type."""
     dev = vocab.flat.device
     V, Q = len(vocab), vt.num_substates
-    v = vt.on(dev)
-    table = v.table.reshape(-1)                                  # [Q * 256]
-    inc = v.inc.reshape(-1)
+    flat = vocab.flat_np
+    offset, lengths = (x.cpu().numpy() for x in (vocab.offset, vocab.lengths))
+    table, inc, accept = vt.table.reshape(-1), vt.inc.reshape(-1), vt.accept
     # live (start sub-state, token) pairs, one column each: rows pid (q * V + t), sub-state, units,
-    # read pointer, bytes left, token start (one tensor, so that dropping pairs is one op)
-    # (a pair can only live past its first byte if the sub-state takes that byte or may end there)
-    first = vocab.flat[vocab.offset]
-    alive = ((v.table[:, first] >= 0) | v.accept[:, None]) & (vocab.lengths > 0)[None, :]     # [Q, V]
-    q_all, t_all = torch.nonzero(alive, as_tuple=True)
-    off = vocab.offset[t_all]
-    st = torch.stack([q_all * V + t_all, q_all, torch.zeros_like(q_all), off, vocab.lengths[t_all], off])
+    # read pointer, bytes left, token start (one array, so that dropping pairs is one op); a pair
+    # can only live past its first byte if the sub-state takes that byte or may end there
+    first = flat[offset]
+    alive = ((vt.table[:, first] >= 0) | accept[:, None]) & (lengths > 0)[None, :]     # [Q, V]
+    q_all, t_all = np.nonzero(alive)
+    off = offset[t_all]
+    st = np.stack([q_all * V + t_all, q_all, np.zeros_like(q_all), off, lengths[t_all], off])
     PID, CUR, K, PTR, LEFT, START = range(6)
     done = []                                                    # [5, n] blocks: pid, code, units, q, pos
-    skip_row, skip_to, skip_inc = _skips(vt, vocab)
+    skip_row, skip_to, skip_inc = _skips(vt, flat)
 
     def finish(sel, code, pos):
-        done.append(torch.stack([st[PID, sel], torch.full_like(st[PID, sel], code), st[K, sel], st[CUR, sel],
-                                 pos]))
+        done.append(np.stack([st[PID, sel], np.full(int(sel.sum()), code), st[K, sel], st[CUR, sel], pos]))
     while st.shape[1]:
         # a run of bytes that loop on the sub-state (a value's ordinary characters) in one step
         row = skip_row[st[CUR]]
-        j = torch.minimum(skip_to[row, st[PTR]], st[PTR] + st[LEFT])
+        j = np.minimum(skip_to[row, st[PTR]], st[PTR] + st[LEFT])
         d = j - st[PTR]
         st[K] += d * skip_inc[row]
         st[PTR] = j
         st[LEFT] -= d
         ended = st[LEFT] == 0
-        if bool(ended.any()):
-            finish(ended, STAYS, torch.full_like(st[PID, ended], -1))
+        if ended.any():
+            finish(ended, STAYS, np.full(int(ended.sum()), -1))
             st = st[:, ~ended]
             if not st.shape[1]:
                 break
-        cell = st[CUR] * 256 + vocab.flat[st[PTR]]
+        cell = st[CUR] * 256 + flat[st[PTR]]
         nq = table[cell]
-        stops = v.accept[st[CUR]] & (nq < 0)                    # ends the value here (if what follows takes b)
-        if bool(stops.any()):
+        stops = accept[st[CUR]] & (nq < 0)                      # ends the value here (if what follows takes b)
+        if stops.any():
             finish(stops, STOPS, st[PTR, stops] - st[START, stops])
         go = nq >= 0
         st[CUR] = nq
@@ -281,10 +293,10 @@ def _signature(vt: ValueType, vocab: FlatVocab) -> Signature:
         st[LEFT] -= 1
         st = st[:, go]
         ended = st[LEFT] == 0
-        if bool(ended.any()):
-            finish(ended, STAYS, torch.full_like(st[PID, ended], -1))
+        if ended.any():
+            finish(ended, STAYS, np.full(int(ended.sum()), -1))
             st = st[:, ~ended]
-    fin = torch.cat(done, 1) if done else torch.zeros((5, 0), dtype=torch.int64, device=dev)
+    fin = torch.as_tensor(np.concatenate(done, 1) if done else np.zeros((5, 0), dtype=np.int64), device=dev)
     ids = fin[0]
 
     def spread(r: int, fill: int) -> torch.Tensor:
