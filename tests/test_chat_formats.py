@@ -258,3 +258,16 @@ def test_cli_messages_system_and_show(dirs, checkpoints, tmp_path, capsys):
     tasks.write_text(json.dumps({"task": "wake me at 6"}) + "\n" + json.dumps({"messages": convo}) + "\n")
     assert main(argv + ["--resume"]) == 2
     assert "other settings" in capsys.readouterr().err
+
+
+def test_a_template_on_a_sentencepiece_vocabulary_maps_its_bos_text_to_the_id():
+    """A vocabulary whose encode does not know added tokens (SentencePiece) given a template: the bos_token text
+    the template writes becomes the BOS id once, the rest is encoded as text."""
+    tok = load_tokenizer(SHARED / "llama2" / "tokenizer.model")
+    tok.chat_template = "{{ bos_token }}[INST] {{ messages[-1]['content'] }} [/INST]"
+    tok.bos_token = "<s>"
+    reg = registry()
+    assert render_prompt(reg, "add 2 and 3", tok) == "<s>[INST] add 2 and 3 [/INST]"
+    ids = encode_prompt(reg, "add 2 and 3", tok)
+    assert ids[0] == tok.bos_id == 1 and ids.count(tok.bos_id) == 1
+    assert ids[1:] == tok.encode("[INST] add 2 and 3 [/INST]", bos=False)
