@@ -163,8 +163,7 @@ def _mask_torch_(logits: torch.Tensor, state: torch.Tensor, t: Tables) -> None:
         logits[:, V:].index_fill_(0, kill_rows, NEG_INF)  # ids the model has but the tokenizer does not
 
 
-def mask_logits_(logits: torch.Tensor, state: torch.Tensor, t: Tables, scratch: torch.Tensor | None = None
-                 ) -> torch.Tensor:
+def mask_logits_(logits: torch.Tensor, state: torch.Tensor, t: Tables) -> torch.Tensor:
     """mask_torch.mask_logits_, bit for bit, writing only what must change. logits [B, V'] -> int32 [B]."""
     if logits.device.type != "cpu":
         return mask_torch.mask_logits_(logits, state, t)

@@ -25,10 +25,9 @@ NEG_INF = float("-inf")
 # ----------------------------------------------------------------------------------------------------------
 # masking
 
-def mask_logits_(logits: torch.Tensor, state: torch.Tensor, t: Tables, scratch: torch.Tensor | None = None
-                 ) -> torch.Tensor:
+def mask_logits_(logits: torch.Tensor, state: torch.Tensor, t: Tables) -> torch.Tensor:
     """In place: illegal and padded logits -> -inf, NaN -> -inf, other legal ones keep their exact value.
-    logits: [B, V'] -> int32 [B] legal counts. (scratch is accepted for the callers' sake and unused.)"""
+    logits: [B, V'] -> int32 [B] legal counts."""
     V = t.vocab_size
     x = logits[:, :V]
     x.masked_fill_(~legal_mask(state, t) | torch.isnan(x), NEG_INF)

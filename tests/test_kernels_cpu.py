@@ -357,3 +357,20 @@ def test_block_process_samples_softmax_over_legal_tokens(mod):
     counts = torch.tensor([(tok == v).sum() for v in legal]).float()
     assert chi_square_p(counts, torch.softmax(weights / T, 0)) > 1e-3
     assert chi_square_p(counts, torch.softmax(weights, 0)) < 1e-6
+
+
+def test_numpy_advance_equals_the_reference():
+    g = make_random_grammar(num_states=25, num_classes=9, vocab_size=400, seed=51)
+    t = tables_of_cpu(g)
+    rows = random_rows(g, 40, H=8, seed=52)
+    rows = Rows(*(x.cpu() for x in (rows.state, rows.step, rows.history, rows.fault)))
+    tokens = torch.randint(-3, g.vocab_size + 5, (40,), generator=torch.Generator().manual_seed(53))
+    for r in range(0, 40, 2):  # half the rows legal, so both branches run
+        legal = [v for v, ok in enumerate(naive_legal(g, int(rows.state[r]))) if ok]
+        tokens[r] = legal[r % len(legal)] if legal else tokens[r]
+    a, b = clone_rows(rows), clone_rows(rows)
+    for _ in range(2):  # the second step meets the first one's faults
+        mask_torch.advance_(tokens, a, t)
+        mask_cpu.advance_(tokens, b, t)
+        assert_rows_equal(a, b)
+    assert 0 < int(a.fault[:, 0].sum()) < 40

@@ -96,3 +96,9 @@ def test_sample_unmasked_draws_the_masked_token_where_legal(backend):
         if bool(m.done.all()):
             break
     assert 0 < legal < total and agree == legal  # one process: the masked draw is the free one where legal
+    # ids past the vocabulary (a model wider than its tokenizer) are never drawn, however large their logits
+    wide = torch.cat([x, torch.full((B, 40), 50.0, device=DEVICE)], dim=1)
+    for T in (0.0, 1.0):
+        free = sample_unmasked(wide, keys.to(DEVICE), m.steps, temperature=T, seed=9, vocab_size=g.vocab_size,
+                               backend=backend)
+        assert bool((free < g.vocab_size).all())
