@@ -137,9 +137,11 @@ class BatchGenerator:
         self.rows = torch.arange(B, device=dev)
         # one start state per tool set (a table of several grammars: batchmask.grammar_set.combine)
         starts = list(getattr(self.grammar, "starts", None) or [getattr(self.grammar, "start", 0)])
+        starts = starts * len(self.registries) if len(starts) == 1 else starts   # one grammar for all of them
         if self.grammar is not None and len(starts) != len(self.registries):
             raise GenerationError(f"{len(self.registries)} tool sets but the grammar table holds {len(starts)}")
         self.starts = torch.tensor(starts, dtype=torch.int64, device=dev)      # [G] start state per tool set
+        self.one_start = len(set(starts)) == 1                                  # every row starts alike
         self.stop_ids = torch.tensor(stops, dtype=torch.long, device=dev)      # [S] any of them ends a row
 
     # --- one step --------------------------------------------------------------------------------
@@ -245,7 +247,7 @@ class BatchGenerator:
             self.seeds[rows] = torch.tensor([task_seed(c.seed, indices[next_task + j]) for j in range(len(take))],
                                             device=self.device)
             if self.masker is not None:
-                starts = None if len(self.starts) == 1 else \
+                starts = None if self.one_start else \
                     self.starts[torch.tensor(groups[next_task: next_task + len(take)], device=self.device)]
                 self.masker.reset(rows, keys=self.seeds[rows], starts=starts)   # draws keyed by task, not by slot
             for j, slot in enumerate(take):

@@ -47,15 +47,22 @@ def starts_of(table) -> list[int]:
 def combine(grammars: Sequence[CompiledGrammar]):
     """One table for grammars compiled against the same tokenizer (see the module docstring).
 
-    Returns grammars[0] itself when there is one; otherwise a GrammarSet on grammars[0]'s device.
+    Returns grammars[0] itself when there is one (or the same one several times: then every row starts in its
+    start); otherwise a GrammarSet on grammars[0]'s device whose `starts[i]` is grammars[i]'s start state (the
+    same grammar object given twice, e.g. two tool sets differing only in descriptions, is stored once).
     """
     grammars = list(grammars)
     if not grammars:
         raise GrammarSetError("combine: no grammars given")
-    if len(grammars) == 1:
+    distinct = list({id(g): g for g in grammars}.values())       # a grammar given twice is stored once
+    if len(distinct) == 1:
         return grammars[0]
-    _check_compatible(grammars)
-    return GrammarSet(grammars)
+    _check_compatible(distinct)
+    table = GrammarSet(distinct)
+    if len(distinct) < len(grammars):                             # starts[i]: input i's start state
+        pos = {id(g): k for k, g in enumerate(distinct)}
+        table.starts = [table.starts[pos[id(g)]] for g in grammars]
+    return table
 
 
 def _check_compatible(grammars: list) -> None:

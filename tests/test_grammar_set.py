@@ -66,6 +66,16 @@ def to_combined(table, k, states):
 def test_combined_table_is_each_grammar_in_every_state_and_token(sets):
     _, grammars = sets
     assert combine(grammars[:1]) is grammars[0]
+    check_combined(grammars)
+
+
+def test_combined_seed_grammars(tok):
+    """The seed's format (dfa.py's tables, native tools) combines the same way."""
+    regs = [ToolRegistry.defaults(), ToolRegistry.from_obj(TOOL_SETS[2])]
+    check_combined([compile_grammar(r, tok, max_string=MAX_STRING) for r in regs])
+
+
+def check_combined(grammars):
     table = combine(grammars)
     assert table.num_states == sum(g.num_states - 1 for g in grammars) + 1
     tokens = torch.arange(table.vocab_size)
@@ -82,6 +92,21 @@ def test_combined_table_is_each_grammar_in_every_state_and_token(sets):
             assert table.finish_text(int(mine[s])) == g.finish_text(s)
             assert table.describe(int(mine[s])) == g.describe(s)
     assert starts_of(table) == table.starts and starts_of(grammars[0]) == [grammars[0].start]
+
+
+def test_a_grammar_given_twice_is_stored_once(sets, tok, tmp_path):
+    regs, grammars = sets
+    g0, g1 = grammars[0], grammars[1]
+    assert combine([g0, g0]) is g0
+    table = combine([g0, g1, g0])
+    assert table.num_states == g0.num_states + g1.num_states - 1 and len(table.grammars) == 2
+    assert table.starts[2] == table.starts[0] != table.starts[1]
+    # tool sets that differ only in their descriptions share one grammar (the key is the canonical form)
+    renamed = json.loads(json.dumps(TOOL_SETS[0]))
+    renamed[0]["function"]["description"] = "an entirely different description"
+    other = ToolRegistry.from_obj(renamed)
+    store = GrammarStore(tok, format="json", max_string=MAX_STRING, cache_dir=tmp_path)
+    assert store.grammar(regs[0]) is store.grammar(other) and store.compiled == 1
 
 
 def test_combine_refuses_grammars_of_another_vocabulary(sets, tok):
