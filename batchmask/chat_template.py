@@ -158,9 +158,13 @@ def render(template: str, messages, *, tools: list | None = None, documents: lis
 
 def special_tokens(tokenizer) -> dict[str, str]:
     """The named special tokens a template sees (transformers' special_tokens_map): the tokenizer's bos/eos
-    strings, and the other named ones from tokenizer_config.json beside it."""
-    found: dict[str, str] = {}
+    strings, and the other named ones from tokenizer_config.json beside it (read once per tokenizer)."""
     directory = getattr(tokenizer, "directory", None)
+    own = (getattr(tokenizer, "bos_token", None), getattr(tokenizer, "eos_token", None), directory)
+    cached = getattr(tokenizer, "_chat_special_tokens", None)
+    if cached is not None and cached[0] == own:            # the same strings and directory as when it was read
+        return dict(cached[1])
+    found: dict[str, str] = {}
     cfg_path = directory / "tokenizer_config.json" if directory is not None else None
     if cfg_path is not None and cfg_path.is_file():
         try:
@@ -177,7 +181,12 @@ def special_tokens(tokenizer) -> dict[str, str]:
         value = getattr(tokenizer, name, None)
         if isinstance(value, str):
             found[name] = value
-    return {name: found[name] for name in SPECIAL_TOKEN_FIELDS if name in found}
+    out = {name: found[name] for name in SPECIAL_TOKEN_FIELDS if name in found}
+    try:
+        tokenizer._chat_special_tokens = (own, out)
+    except AttributeError:                                 # a tokenizer object that takes no new attributes
+        pass
+    return dict(out)
 
 
 def pick_template(tokenizer, tools) -> str | None:
