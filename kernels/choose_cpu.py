@@ -170,11 +170,13 @@ def top_p_keep(p: torch.Tensor, top_p: float) -> torch.Tensor:
     asc = torch.from_numpy(np.sort(probs.numpy(), axis=1))  # [b, V] ascending
     sorted_p = asc.flip(1)  # [b, V] descending
     mass_before = sorted_p.cumsum(dim=1) - sorted_p  # [b, V] the reference's numbers, rank by rank
-    bound = torch.full((p.shape[0], 1), top_p, dtype=mass_before.dtype)
-    # the kept ranks (mass_before < top_p) form a prefix where mass_before never decreases; float rounding
-    # could break that, and then the reference decides the row. Counts come from binary searches: sums and
-    # cumsums of bool [b, V] tensors are scalar loops on the CPU.
-    n = torch.searchsorted(mass_before, bound).clamp_(min=1)  # [b, 1] kept ranks (0 only for a row of NaN)
+    # the kept ranks (mass_before < top_p) almost always form a prefix: rounding can make mass_before dip by an
+    # ulp, and where that crosses top_p the reference decides the row. Counts by numpy and binary searches:
+    # sums and cumsums of bool [b, V] tensors are scalar loops in torch on the CPU.
+    kept = mass_before.numpy() < top_p  # [b, V]
+    count = np.count_nonzero(kept, axis=1)  # [b]
+    prefix = count == np.where(kept.all(axis=1), kept.shape[1], np.argmin(kept, axis=1))  # first False == count
+    n = torch.from_numpy(count).clamp_(min=1)[:, None]  # [b, 1] kept ranks (0 only for a row of NaN)
     last = sorted_p.gather(1, n - 1)  # [b, 1] the smallest kept probability
     n_above = p.shape[1] - torch.searchsorted(asc, last, right=True)  # [b, 1]
     n_ties = p.shape[1] - n_above - torch.searchsorted(asc, last)  # [b, 1]
@@ -183,7 +185,7 @@ def top_p_keep(p: torch.Tensor, top_p: float) -> torch.Tensor:
     if crowded.numel():  # the lowest ids of the run are kept (the reference's stable order)
         ties = probs[crowded] == last[crowded]
         keep[crowded] = (probs[crowded] > last[crowded]) | (ties & (ties.cumsum(dim=1) <= (n - n_above)[crowded]))
-    odd = (mass_before[:, 1:] < mass_before[:, :-1]).any(dim=1).nonzero()[:, 0]
+    odd = torch.from_numpy(np.flatnonzero(~prefix))
     if odd.numel():
         keep[odd] = mask_torch.top_p_keep(p[odd], top_p)
     return keep
