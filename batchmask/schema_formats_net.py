@@ -1,7 +1,8 @@
 """Network formats: ipv4 (exact), hostname, email and uri (narrowed: a practical subset, every member valid).
 
     ipv4      four decimal octets 0-255 without leading zeros, as Python's ipaddress reads them: exact
-    hostname  1-4 dot-separated labels of letters, digits and inner hyphens; the last starts with a letter
+    hostname  1-4 dot-separated labels (up to LABEL_CAP characters) of letters, digits and inner hyphens;
+              the last starts with a letter
     email     local part: dot-separated atoms of RFC 5322 atext; '@'; a hostname of 2-4 labels
     uri       http or https '://' a hostname or an ipv4 address, an optional port 1-65535, '/'-segments of
               RFC 3986 pchars (percent escapes included), an optional ?query and #fragment
@@ -22,6 +23,11 @@ _ATEXT = _ALNUM + b"!#$%&'*+/=?^_`{|}~-"
 _UNRESERVED = _ALNUM + b"-._~"
 _PCHAR = _UNRESERVED + b"!$&'()*+,;=:@"           # RFC 3986 pchar, but for pct-encoded (added below)
 _HEX = b"0123456789abcdefABCDEF"
+# Every character position of these formats is its own automaton state, and each costs the table builder
+# work over the tokens its byte set lets through, so the parts are kept short (RFC 1035 allows 63).
+LABEL_CAP = 16          # characters per hostname label
+ATOM_CAP = 10           # characters per email local-part atom
+SEGMENTS = 4            # uri path segments
 
 
 def ipv4_node() -> tuple[Node, int, int]:
@@ -38,7 +44,7 @@ def _label(first: bytes, longest: int) -> Node:
 
 def _host(budget: int, min_labels: int) -> tuple[Node, int, int]:
     """Hostnames of min_labels..4 labels, the whole within `budget` and 253 characters (RFC 1035, fqdn)."""
-    longest = min(62, (budget + 1) // 4 - 1)
+    longest = min(LABEL_CAP, (budget + 1) // 4 - 1)
     if longest < 1:
         raise ValueError("the length budget is too small")
     label = _label(_ALNUM, longest)
@@ -52,7 +58,7 @@ def hostname_node(budget: int) -> tuple[Node, int, int]:
 
 def email_node(budget: int) -> tuple[Node, int, int]:
     local_budget = min(64, max(1, (budget - 1) // 3))
-    atom_len = max(1, (local_budget + 1) // 3 - 1)
+    atom_len = min(ATOM_CAP, max(1, (local_budget + 1) // 3 - 1))
     atom = Repeat(bytes_of(_ATEXT), 1, atom_len)
     local = seq(atom, Repeat(seq(lit(b"."), atom), 0, 2))
     domain, dlo, dhi = _host(budget - 1 - (3 * atom_len + 2), 2)        # 3 atoms and 2 dots at most
@@ -67,9 +73,9 @@ def uri_node(budget: int) -> tuple[Node, int, int]:
     host, hlo, hhi = _host(max(15, room * 2 // 5), 1)
     hhi = max(hhi, 15)                                            # an ipv4 address is up to 15
     rest = room - hhi                                             # half for the path, a quarter each after
-    segs = 4
-    seg_len = (rest // 2 // segs - 1) // 3                        # a pct escape is 3 characters
-    tail_len = (rest // 4 - 1) // 3
+    segs = SEGMENTS
+    seg_len = min(LABEL_CAP, (rest // 2 // segs - 1) // 3)       # a pct escape is 3 characters
+    tail_len = min(2 * LABEL_CAP, (rest // 4 - 1) // 3)
     pct = seq(lit(b"%"), bytes_of(_HEX), bytes_of(_HEX))
     pchar, qchar = alt(bytes_of(_PCHAR), pct), alt(bytes_of(_PCHAR + b"/?"), pct)
     parts = [lit(b"http"), opt(lit(b"s")), lit(b"://"), alt(host, ipv4_node()[0]),
