@@ -7,6 +7,7 @@ result can depend on it; in FILE_FLAGS if its value is a path (then the file's c
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -69,7 +70,13 @@ def file_identity(path) -> str:
 
 
 def _file_hash(p: Path) -> str:
-    size = p.stat().st_size
+    st = p.stat()
+    return _hash_of(str(p.resolve()), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=256)       # a HF directory is both the checkpoint and the tokenizer: hash it once
+def _hash_of(path: str, size: int, mtime_ns: int) -> str:
+    p = Path(path)
     h = hashlib.sha256(size.to_bytes(8, "little"))
     with open(p, "rb") as fh:
         if size <= FULL_HASH_MAX:

@@ -203,6 +203,30 @@ def test_resume_refuses_other_settings_naming_what_differs(files, full, tmp_path
     assert out.read_bytes() == before
 
 
+def test_file_identity_follows_content_not_names(tmp_path, monkeypatch):
+    a, b = tmp_path / "a.bin", tmp_path / "moved.bin"
+    a.write_bytes(bytes(range(256)) * 4096)
+    b.write_bytes(a.read_bytes())
+    ident = fingerprint.file_identity
+    assert ident(a) == ident(b)                                          # a moved checkpoint is the same model
+    data = bytearray(a.read_bytes())
+    data[len(data) // 2] ^= 1
+    b.write_bytes(bytes(data))
+    assert ident(a) != ident(b)
+    monkeypatch.setattr(fingerprint, "FULL_HASH_MAX", 1 << 16)           # the sampled hash of multi-GB files:
+    monkeypatch.setattr(fingerprint, "_BLOCK", 1 << 12)                  # other weights differ all over the file
+    fingerprint._hash_of.cache_clear()
+    data = bytearray(a.read_bytes())
+    data[::4093] = bytes(x ^ 1 for x in data[::4093])
+    b.write_bytes(bytes(data))
+    assert ident(a) != ident(b) and ident(a) == ident(tmp_path / "a.bin")
+    (tmp_path / "d1").mkdir()
+    (tmp_path / "d2").mkdir()
+    (tmp_path / "d1" / "x").write_bytes(b"1")
+    (tmp_path / "d2" / "y").write_bytes(b"1")
+    assert ident(tmp_path / "d1") != ident(tmp_path / "d2")            # a directory's file names count
+
+
 def test_resume_accepts_display_flags_and_the_run_file_is_beside_the_output(files, full, tmp_path):
     out = partial(full, tmp_path / "o.jsonl", 5)
     assert main(gen_args(files, out, "--resume", "--batch-size", "7", "--show")) == 0
