@@ -21,7 +21,16 @@ from .schema_base import ptr as jp
 from .schema_nodes import alt, lit, node_accepts, seq
 from .schema_strings import char_node, must_escape
 from .schema_types import TYPE_BUILDERS, bounds
-from .schema_values import check_disjoint, check_value, exact_number, has_type, json_equal, json_literal, json_type
+from .schema_values import (
+    check_disjoint,
+    check_value,
+    equal_key,
+    exact_number,
+    has_type,
+    json_equal,
+    json_literal,
+    json_type,
+)
 
 __all__ = ["ANNOTATIONS", "SchemaError", "SchemaOptions", "canonical_schema", "json_literal", "schema_node"]
 
@@ -103,15 +112,16 @@ def _literals(schema: dict, ptr: str, ctx: Ctx) -> Node:
             ctx.fail(jp(ptr, key, i) if key == "enum" else jp(ptr, key), str(e))
     rest = {k: v for k, v in schema.items() if k not in ("enum", "const") and k not in ANNOTATIONS
             and k not in CONTAINERS}
-    kept = []
+    kept, seen, nodes = [], set(), {}
     for v in values:
-        if any(json_equal(v, w) for w in kept):
+        if equal_key(v) in seen:
             continue
+        seen.add(equal_key(v))
         if "type" in rest:
             types = _types(rest, ptr, ctx)
             if not any(has_type(v, t) for t in types):
                 continue
-        if set(rest) - {"type"} and not _satisfies(rest, v, ptr, ctx):
+        if set(rest) - {"type"} and not _satisfies(rest, v, ptr, ctx, nodes):
             continue
         kept.append(v)
     if not kept:
@@ -132,7 +142,7 @@ def _literal_node(value, ctx: Ctx) -> Node:
     return seq(*parts)
 
 
-def _satisfies(rest: dict, value, ptr: str, ctx: Ctx) -> bool:
+def _satisfies(rest: dict, value, ptr: str, ctx: Ctx, nodes: dict) -> bool:
     """Does `value` meet the sibling keywords of an enum/const that apply to its type (maxLength says
     nothing of a number)? Bounds are checked on the number itself; the rest by matching its literal
     against the node of those keywords, built with the caps lifted; arrays and objects are refused."""
@@ -149,13 +159,16 @@ def _satisfies(rest: dict, value, ptr: str, ctx: Ctx) -> bool:
         x = exact_number(value)
         return ((low is None or (x > low[0] if low[1] else x >= low[0]))
                 and (high is None or (x < high[0] if high[1] else x <= high[0])))
-    wide = replace(ctx, options=replace(ctx.options, max_string_length=10 ** 9, max_items=10 ** 6,
-                                        repeat_cap=10 ** 6))
-    try:
-        node = _build(dict(applicable, type=kind), ptr, wide)
-    except Empty:
-        return False
-    return node_accepts(node, json_literal(value, (ctx.item_sep.decode(), ctx.key_sep.decode())))
+    if kind not in nodes:                                  # one node per kind, shared by the values
+        wide = replace(ctx, options=replace(ctx.options, max_string_length=10 ** 9, max_items=10 ** 6,
+                                            repeat_cap=10 ** 6))
+        try:
+            nodes[kind] = _build(dict(applicable, type=kind), ptr, wide)
+        except Empty:
+            nodes[kind] = None
+    node = nodes[kind]
+    return node is not None and node_accepts(node, json_literal(value, (ctx.item_sep.decode(),
+                                                                         ctx.key_sep.decode())))
 
 
 def _ref(schema: dict, ptr: str, ctx: Ctx) -> Node:

@@ -44,9 +44,11 @@ def seq(*items: Node) -> Node:
 def alt(*options: Node) -> Node:
     """One of `options` (order kept: ties in `finish` go to the first). Duplicates are dropped."""
     out: list = []
+    seen: set = set()
     for o in options:
         for p in (o.options if isinstance(o, Alt) else (o,)):
-            if p not in out:
+            if p not in seen:
+                seen.add(p)
                 out.append(p)
     if not out:
         raise ValueError("alt() of nothing")

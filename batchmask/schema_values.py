@@ -5,7 +5,8 @@ import json
 import math
 from fractions import Fraction
 
-__all__ = ["check_disjoint", "check_value", "exact_number", "has_type", "json_equal", "json_literal", "json_type"]
+__all__ = ["check_disjoint", "check_value", "equal_key", "exact_number", "has_type", "json_equal", "json_literal",
+           "json_type"]
 
 
 def check_value(value, path: str = "") -> None:
@@ -79,6 +80,18 @@ def json_equal(a, b) -> bool:
     if ta == "object":
         return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
     return a == b
+
+
+def equal_key(v):
+    """A hashable key equal for values JSON Schema calls equal (json_equal)."""
+    t = json_type(v)
+    if t in ("integer", "number"):
+        return ("number", exact_number(v))
+    if t == "array":
+        return ("array", tuple(equal_key(x) for x in v))
+    if t == "object":
+        return ("object", frozenset((k, equal_key(x)) for k, x in v.items()))
+    return (t, v)
 
 
 # --- oneOf ------------------------------------------------------------------------------------------
