@@ -64,6 +64,11 @@ def _finite(v) -> bool:
     return Decimal(v).is_finite()
 
 
+def _dec(v) -> Decimal:
+    """A number as the decimal it was written as (a float by its shortest repr: 0.1 is 0.1)."""
+    return Decimal(repr(v)) if isinstance(v, float) else Decimal(v)
+
+
 def _has_type(v, t: str) -> bool:
     if t == "integer":
         return _is_integer(v)
@@ -76,7 +81,7 @@ def _equal(a, b) -> bool:
     if ka != kb:
         return False
     if ka == "number":
-        return Decimal(a) == Decimal(b)
+        return _dec(a) == _dec(b)
     if ka == "array":
         return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
     if ka == "object":
@@ -209,7 +214,7 @@ def _check_string(v: str, schema, where) -> str | None:
 def _check_number(v, schema, where) -> str | None:
     if not _finite(v):
         return f"{where}: {v} is not a finite number"
-    x = Decimal(v)
+    x = _dec(v)
     lo, hi = schema.get("minimum"), schema.get("maximum")
     xlo, xhi = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
     if xlo is True:                      # draft 4: a flag on minimum
@@ -254,9 +259,13 @@ def _check_object(v: dict, schema, root, path, depth) -> str | None:
     for key in schema.get("required", []):
         if key not in v:
             return f"{where}: required property {key!r} is missing"
+    t = schema.get("type")
+    closed = "properties" in schema or t == "object" or (isinstance(t, list) and "object" in t)
     for key, x in v.items():
         if key not in props:
-            return f"{where}: property {key!r} is not declared"
+            if closed:          # an object schema (not, say, an anyOf around several) holds its declared keys
+                return f"{where}: property {key!r} is not declared"
+            continue
         err = _check(x, props[key], root, f"{path}/{_escape(key)}", depth + 1)
         if err:
             return err

@@ -12,15 +12,24 @@ import json
 from hypothesis import strategies as st
 
 KEYS = st.sampled_from(["a", "b", "id", "x_y", "name", "é", "a b", 'q"t', "k\\"])
-SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-300, 300), st.sampled_from([0.5, -2.25, 1e3]),
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-300, 300), st.sampled_from([0.5, -2.25, 0.001]),
                     st.text(alphabet='ab "\\\né€😀\x01', max_size=4))
 FORMATS = ["date", "time", "date-time", "uuid"]
+# (not a class that excludes '"' or '\\': llguidance 1.9.1 then still admits them written as escapes)
+PATTERNS = ["^[a-c]{1,3}$", "^x+y?$", "^\\d{2}-\\d{2}$", "^(ab|cd)*$", "^[^ab]{0,4}$", "^é.?$", "^\\w\\s[0-9]$"]
 
 
 @st.composite
 def string_schemas(draw):
     s: dict = {"type": "string"}
-    kind = draw(st.sampled_from(["plain", "plain", "format", "enum", "const"]))
+    kind = draw(st.sampled_from(["plain", "plain", "format", "enum", "const", "pattern", "uncapped"]))
+    if kind == "pattern":            # anchored: JSON Schema's unanchored reading is tested apart
+        s["pattern"] = draw(st.sampled_from(PATTERNS))
+        return s
+    if kind == "uncapped":           # the default cap (SchemaOptions.max_string_length) applies
+        if draw(st.booleans()):
+            s["minLength"] = draw(st.integers(0, 3))
+        return s
     if kind == "format":
         s["format"] = draw(st.sampled_from(FORMATS))
         return s
@@ -86,7 +95,8 @@ def _array(inner):
         s["items"] = draw(inner)
         lo = draw(st.integers(0, 2))
         s["minItems"] = lo
-        s["maxItems"] = draw(st.integers(max(lo, 1), 3))
+        if draw(st.integers(0, 3)):      # else the default cap (SchemaOptions.max_items) applies
+            s["maxItems"] = draw(st.integers(max(lo, 1), 3))
         return s
     return arrays()
 
@@ -101,17 +111,34 @@ def _object(inner):
     return objects()
 
 
-def schemas(max_leaves: int = 5):
-    """Schemas of the subset, nested at most two levels."""
+def _nested(max_leaves: int):
     return st.recursive(leaf_schemas(),
                         lambda inner: st.one_of(_array(inner), _object(inner),
-                                                st.builds(lambda a, b: {"anyOf": [a, b]}, inner, inner)),
+                                                st.builds(lambda a, b: {"anyOf": [a, b]}, inner, inner),
+                                                st.builds(_one_of, string_schemas(), integer_schemas())),
                         max_leaves=max_leaves)
+
+
+def schemas(max_leaves: int = 5):
+    """Schemas of the subset, nested a few levels; $defs only at the root (where "#/$defs/d" points)."""
+    nested = _nested(max_leaves)
+    return st.one_of(nested, st.builds(_ref, nested))
+
+
+def _ref(inner):
+    """A local $ref into $defs (not recursive)."""
+    return {"$defs": {"d": inner}, "type": "object", "properties": {"p": {"$ref": "#/$defs/d"}}, "required": ["p"]}
+
+
+def _one_of(a, b):
+    """oneOf with branches disjoint by type."""
+    return {"oneOf": [a, b]}
 
 
 def object_schemas(max_leaves: int = 5):
     """A tool's parameters: an object at the top."""
-    return _object(schemas(max_leaves))
+    nested = _nested(max_leaves)
+    return st.one_of(_object(nested), st.builds(_ref, nested))
 
 
 # --- instances ---------------------------------------------------------------------------------

@@ -52,6 +52,7 @@ def test_validator_numbers_are_exact():
     assert check(loads("3.0"), {"type": "integer"}) is None              # JSON Schema: an integer value
     assert check(True, {"type": "integer"}) is not None                  # a boolean is not a number
     assert check(Decimal("1"), {"enum": [True]}) is not None
+    assert check(loads("0.001"), {"enum": [0.001]}) is None                # a float bound: the decimal written
 
 
 def test_validator_reasons_name_the_pointer():

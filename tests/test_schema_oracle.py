@@ -1,0 +1,405 @@
+"""Compiled JSON-Schema grammars against llguidance (the oracle) and jsonschema (the validator).
+
+A walk feeds tokens chosen among our legal ones (strings pushed towards their caps, digits run
+on towards the bounds) to both our table and an llguidance matcher of the same schema; at every
+step our legal-token set must equal llguidance's, and never hold a token llguidance forbids.
+
+The reference schema handed to llguidance states batchmask's documented semantics explicitly, so
+that the two languages are the same: every object `additionalProperties: false`, the default caps
+(SchemaOptions.max_string_length, max_items) written as maxLength/maxItems, pattern repetitions capped
+at SchemaOptions.repeat_cap (docs/json-schema.md), and each `format`
+written as the exact RFC 3339 / RFC 4122 regex that jsonschema's format checker accepts (leap
+years, no second 60, no year 0; time fractions up to SchemaOptions.fraction_digits digits):
+llguidance's own format regexes are looser than jsonschema's.
+
+Exceptions, each in a number state and each named where it is checked:
+  NUMBER_CAPS        a token llguidance allows whose number runs past our documented digit caps
+                     (integer, fraction and exponent digits; bounded numbers have no exponent);
+  NEGATIVE_ZERO      a token llguidance allows that spells -0, -0.0, ... (docs/json-schema.md: bounded
+                     numbers never write negative zero);
+  LLG_NUMBER_RANGES  a token we allow that llguidance 1.9.1's bounded-number regexes refuse although the
+                     value is in range (2.7 under maximum 2.75, 2.750, -0.186630): accepted only if
+                     jsonschema validates our finish() completion after it.
+No other difference is tolerated. llguidance runs with `no_forcing` (its default
+narrows masks in forced stretches to one canonical tokenisation, which is not the language).
+
+Every completed walk, and every finish() completion of a walk's prefix, is validated by
+jsonschema with the format checker (and by batchmask.validate).
+"""
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+from functools import cache
+from pathlib import Path
+from types import SimpleNamespace
+
+import jsonschema
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from schema_strategies import closed, object_schemas, schemas
+
+from batchmask.validate import check, loads
+
+llg = pytest.importorskip("llguidance")
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+CHECKER = jsonschema.Draft202012Validator.FORMAT_CHECKER
+WALK_SECONDS = 1.0
+
+
+# --- vocabularies -------------------------------------------------------------------------------------
+def _gpt2_alphabet() -> dict[str, int]:
+    """GPT-2's byte-to-unicode table, inverted: printable character -> the byte it stands for."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    chars = list(keep)
+    n = 0
+    for b in range(256):
+        if b not in keep:
+            keep.append(b)
+            chars.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(keep, chars)}
+
+
+@cache
+def vocab(name: str):
+    if name == "llama2":
+        path = SHARED / "llama2" / "tokenizer.model"
+        if not path.exists():
+            pytest.skip("../shared/llama2 not present")
+        from batchmask.models.tokenizer import load_tokenizer
+        tok = load_tokenizer(path)
+        return SimpleNamespace(token_bytes=list(tok.token_bytes), eos_id=int(tok.eos_id),
+                               stop_ids=tuple(getattr(tok, "stop_ids", (tok.eos_id,))))
+    path = SHARED / name / "tokenizer.json"
+    if not path.exists():
+        pytest.skip(f"../shared/{name} not present")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    inv = _gpt2_alphabet()
+    pieces = data["model"]["vocab"]
+    V = max([*pieces.values(), *(t["id"] for t in data["added_tokens"])]) + 1
+    token_bytes = [b""] * V
+    for piece, i in pieces.items():
+        token_bytes[i] = bytes(inv[c] for c in piece)
+    for t in data["added_tokens"]:
+        token_bytes[t["id"]] = b""           # specials carry no text
+    eos = next(t["id"] for t in data["added_tokens"] if t["content"] == "<|endoftext|>")
+    return SimpleNamespace(token_bytes=token_bytes, eos_id=eos, stop_ids=(eos,))
+
+
+class _LLGTokens:
+    """What llguidance.LLTokenizer reads from a TokenizerWrapper: raw token bytes, EOS, specials."""
+    is_tokenizer_wrapper = True
+
+    def __init__(self, v):
+        self.tokens = list(v.token_bytes)
+        self.eos_token_id = v.eos_id
+        self.bos_token_id = None
+        self.special_token_ids = [i for i, b in enumerate(v.token_bytes) if not b]
+
+    def __call__(self, s):          # unused with no_forcing; llguidance falls back to greedy tokenisation
+        return []
+
+
+@cache
+def llg_tokenizer(name: str):
+    v = vocab(name)
+    return llg.LLTokenizer(_LLGTokens(v), eos_token=list(v.stop_ids))
+
+
+@cache
+def token_kinds(name: str):
+    """bool [V] each: tokens holding JSON structure, and tokens holding a backslash."""
+    tb = vocab(name).token_bytes
+    structural = np.array([any(c in b for c in b'",}]:{[') for b in tb])
+    backslash = np.array([b"\\" in b for b in tb])
+    return structural, backslash
+
+
+# --- the reference schema ---------------------------------------------------------------------------
+_YEAR = r"(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])"
+_LEAP = r"(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
+_DATE = (rf"(?:{_YEAR}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
+         rf"|02-(?:0[1-9]|1[0-9]|2[0-8]))|{_LEAP}-02-29)")
+
+
+def _time(frac: int) -> str:
+    fraction = rf"(?:\.[0-9]{{1,{frac}}})?" if frac > 0 else ""
+    return rf"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]{fraction}(?:[zZ]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+
+
+def format_patterns(options) -> dict[str, str]:
+    t = _time(options.fraction_digits)
+    return {"date": f"^{_DATE}$", "time": f"^{t}$", "date-time": f"^{_DATE}[tT]{t}$",
+            "uuid": "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}
+
+
+def explicit(schema, options):
+    """The schema with batchmask's implicit semantics written out (module docstring)."""
+    if isinstance(schema, list):
+        return [explicit(s, options) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for k, v in schema.items():
+        if k in ("items", "anyOf", "oneOf", "allOf", "prefixItems", "not", "additionalItems"):
+            v = explicit(v, options)
+        elif k in ("properties", "$defs", "definitions"):
+            v = {p: explicit(s, options) for p, s in v.items()}
+        out[k] = v
+    types = schema.get("type")
+    types = types if isinstance(types, list) else [types]
+    if "object" in types or "properties" in schema:
+        out["additionalProperties"] = False
+    if ("string" in types or "minLength" in schema) and "maxLength" not in schema and "format" not in schema \
+            and "enum" not in schema and "const" not in schema:
+        out["maxLength"] = max(options.max_string_length, schema.get("minLength", 0))
+    if ("array" in types or "items" in schema) and "maxItems" not in schema:
+        out["maxItems"] = max(options.max_items, schema.get("minItems", 0))
+    if "format" in schema:
+        out.pop("format")
+        out["pattern"] = format_patterns(options)[schema["format"]]
+    elif "pattern" in schema:
+        out["pattern"] = capped_pattern(schema["pattern"], schema.get("maxLength", options.repeat_cap))
+    return out
+
+
+def capped_pattern(pattern: str, cap: int) -> str:
+    """`*`, `+` and `{m,}` as at most `cap` repetitions (SchemaOptions.repeat_cap, or maxLength when given).
+    Plain text rewriting: enough for the test's patterns, which hold no escaped or bracketed quantifier."""
+    pattern = re.sub(r"\{(\d+),\}", lambda m: "{%s,%d}" % (m.group(1), max(cap, int(m.group(1)))), pattern)
+    return pattern.replace("*", "{0,%d}" % cap).replace("+", "{1,%d}" % cap)
+
+
+def matcher(schema, name: str, options):
+    """llguidance's matcher for `schema` (its documented JSON options: compact, no whitespace)."""
+    grammar = json.loads(llg.LLMatcher.grammar_from_json_schema(
+        explicit(schema, options), defaults={"whitespace_flexible": False, "item_separator": ",",
+                                             "key_separator": ":"}))
+    body = grammar["grammars"][0]["json_schema"]          # the schema with its x-guidance options
+    lark = '%llguidance {"no_forcing": true}\nstart: %json ' + json.dumps(body)
+    m = llg.LLMatcher(llg_tokenizer(name), lark, log_level=0)
+    assert not m.is_error(), m.get_error()
+    return m
+
+
+def llg_allowed(m, V: int) -> np.ndarray:
+    bits = np.unpackbits(np.frombuffer(m.compute_bitmask(), dtype=np.uint8), bitorder="little")
+    return bits[:V].astype(bool)
+
+
+# --- the exception ----------------------------------------------------------------------------------
+_NUMBER_CHARS = set(b"-+.eE0123456789")
+_NUMBER = re.compile(rb"-?([0-9]*)(?:\.([0-9]*))?(?:([eE])[+-]?([0-9]*))?")
+
+
+def _in_string(text: bytes) -> bool:
+    inside = escaped = False
+    for c in text:
+        if escaped:
+            escaped = False
+        elif inside and c == 0x5C:
+            escaped = True
+        elif c == 0x22:
+            inside = not inside
+    return inside
+
+
+def number_caps_exceeded(text: bytes, token: bytes, options, exponent_here: bool = True) -> bool:
+    """NUMBER_CAPS: `token` extends (or starts) a JSON number past our documented digit caps.
+
+    `exponent_here`: whether we allow an exponent marker right now (a bounded number has none; an
+    unbounded one has at most `exponent_digits` exponent digits)."""
+    if _in_string(text):
+        return False
+    i = len(text)
+    while i > 0 and text[i - 1] in _NUMBER_CHARS:
+        i -= 1
+    j = 0
+    while j < len(token) and token[j] in _NUMBER_CHARS:
+        j += 1
+    run = text[i:] + token[:j]
+    m = _NUMBER.match(run)
+    if not j or not m or m.end() < len(run):
+        return False
+    int_digits, frac, e, exp = m.group(1), m.group(2) or b"", m.group(3), m.group(4) or b""
+    if len(int_digits) > options.int_digits or len(frac) > options.fraction_digits:
+        return True
+    if e is None:
+        return False
+    started = bool(_NUMBER.match(text[i:]).group(3))        # the marker was already written (we allowed it)
+    return len(exp) > options.exponent_digits or (not started and not exponent_here)
+
+
+def _number_run(text: bytes, token: bytes) -> bytes | None:
+    """The JSON number `token` continues or starts (its number characters only), None outside a number."""
+    if _in_string(text):
+        return None
+    i = len(text)
+    while i > 0 and text[i - 1] in _NUMBER_CHARS:
+        i -= 1
+    j = 0
+    while j < len(token) and token[j] in _NUMBER_CHARS:
+        j += 1
+    run = text[i:] + token[:j]
+    return run if run else None
+
+
+def negative_zero(text: bytes, token: bytes) -> bool:
+    """NEGATIVE_ZERO (docs/json-schema.md): a bounded number never writes -0, -0.0, ...; llguidance may."""
+    run = _number_run(text, token)
+    return run is not None and re.fullmatch(rb"-0(\.0*)?", run) is not None
+
+
+def llg_range_gap(g, state: int, text: bytes, tok: int, token: bytes, schema) -> bool:
+    """LLG_NUMBER_RANGES: llguidance 1.9.1's bounded-number regexes refuse some in-range spellings (2.7 under
+    maximum 2.75, a fraction ending in 0 such as 2.750 or -0.186630, 1000.0 for const 1000.0). A token we
+    allow there is accepted only in a number and only if jsonschema validates its completion by our finish()."""
+    if _number_run(text, token) is None and not (text and text[-1] in _NUMBER_CHARS and not _in_string(text)):
+        return False
+    nxt = int(g.next_state([state], [tok])[0])
+    try:
+        validate_value(text + token + g.finish_bytes(nxt), schema)
+    except (AssertionError, ValueError, jsonschema.ValidationError):
+        return False
+    return True
+
+
+# --- the walk -----------------------------------------------------------------------------------------
+def walk(*args, **kw):
+    """One walk: our set == llguidance's (but for NUMBER_CAPS) at every step. Returns the bytes written."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)         # one small gather per step: a second thread only spins (a shared CPU)
+    try:
+        return _walk(*args, **kw)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _walk(g, m, name: str, schema, options, rng: random.Random, push: float, steer: bytes = b"",
+          finish_at: int | None = None, max_steps: int = 3000):
+    v = vocab(name)
+    V = len(v.token_bytes)
+    structural, backslash = token_kinds(name)
+    is_stop = np.isin(np.arange(V), list(v.stop_ids))
+    e_ids = [i for i, b in enumerate(v.token_bytes) if b in (b"e", b"E")]
+    state, text, t0 = g.start, b"", time.perf_counter()
+    for step in range(max_steps):
+        ours = g.allowed([state])[0].cpu().numpy()
+        theirs = llg_allowed(m, V)
+        extra = [t for t in np.flatnonzero(ours & ~theirs).tolist()
+                 if not llg_range_gap(g, state, text, t, v.token_bytes[t], schema)]
+        assert not extra, (f"step {step} after {text[-60:]!r}: we allow {len(extra)} tokens llguidance "
+                           f"forbids, e.g. {[v.token_bytes[t] for t in extra[:6]]}")
+        exponent_here = bool(ours[e_ids].any())
+        missing = [t for t in np.flatnonzero(theirs & ~ours).tolist()
+                   if not number_caps_exceeded(text, v.token_bytes[t], options, exponent_here)
+                   and not negative_zero(text, v.token_bytes[t])]
+        assert not missing, (f"step {step} after {text[-60:]!r}: llguidance allows {len(missing)} tokens we do not, "
+                             f"e.g. {[v.token_bytes[t] for t in missing[:6]]}")
+        assert ours.any(), f"step {step}: no legal token after {text!r}"
+        if finish_at is not None and step == finish_at:
+            completion = text + g.finish_bytes(state)
+            validate_value(completion, schema)
+        stop_here = np.flatnonzero(ours & theirs & is_stop)
+        if len(stop_here) and (len(stop_here) == int((ours & theirs).sum()) or rng.random() < 0.3):
+            assert bool(m.consume_token(int(stop_here[0])))
+            assert m.is_accepting() or m.is_stopped()
+            return text
+        pool = ours & theirs & ~is_stop       # bool [V]; both sides must take it (see LLG_NUMBER_RANGES)
+        if steer and len(text) < len(steer):
+            fit = [t for t in np.flatnonzero(pool).tolist() if steer.startswith((text + v.token_bytes[t])[:len(steer)])]
+            pool = np.isin(np.arange(V), fit) if fit else pool
+        elif time.perf_counter() - t0 < WALK_SECONDS and rng.random() < push:
+            cont = pool & ~structural
+            if cont.any() and rng.random() < 0.1 and (cont & backslash).any():
+                cont = cont & backslash
+            pool = cont if cont.any() else pool
+        pool = np.flatnonzero(pool)
+        if not len(pool):                   # only LLG_NUMBER_RANGES tokens left: llguidance cannot follow us
+            return text + g.finish_bytes(state)
+        tok = int(pool[rng.randrange(len(pool))])
+        nxt = int(g.next_state([state], [tok])[0])
+        assert nxt >= 0
+        assert m.consume_token(tok), f"llguidance refused {v.token_bytes[tok]!r} after {text[-40:]!r}"
+        state, text = nxt, text + v.token_bytes[tok]
+    raise AssertionError(f"walk did not finish in {max_steps} steps: {text[:80]!r}...")
+
+
+def validate_value(data: bytes, schema):
+    value = json.loads(data.decode("utf-8"))
+    jsonschema.Draft202012Validator(closed(schema), format_checker=CHECKER).validate(value)
+    assert check(loads(data.decode("utf-8")), schema) is None
+
+
+# --- tests ----------------------------------------------------------------------------------------------
+def _api():
+    api = pytest.importorskip("batchmask.api")
+    schema = pytest.importorskip("batchmask.schema")
+    from batchmask import compiler
+    if not hasattr(compiler, "compile_node"):
+        pytest.skip("compiler.compile_node not available yet")
+    return api, schema
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama2"])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_random_schemas_match_llguidance(name, data):
+    api, sch = _api()
+    schema = data.draw(st.one_of(schemas(), object_schemas()))
+    options = sch.SchemaOptions()
+    g = api.compile_json_schema(schema, vocab(name), options=options)
+    rng = random.Random(data.draw(st.integers(0, 2**32)))
+    for push in (0.0, 0.95):           # short values, then values pushed to their caps
+        finish_at = rng.randint(0, 12)
+        text = walk(g, matcher(schema, name, options), name, schema, options, rng, push, finish_at=finish_at)
+        validate_value(text, schema)
+
+
+def catalogue():
+    return json.loads((SHARED / "tools" / "agent_tools.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama2"])
+def test_catalogue_calls_match_llguidance(name):
+    api, sch = _api()
+    from batchmask.envelope import call_schema, get_envelope, is_typed
+    from batchmask.registry import ToolRegistry
+    registry = ToolRegistry.from_obj(catalogue(), source="agent_tools.json")
+    typed = [t for t in registry if is_typed(t)]
+    if not typed:
+        pytest.skip("typed registries not available yet")
+    options = sch.SchemaOptions()
+    g = api.compile_grammar(registry, vocab(name), format="json", options=options)
+    schema = call_schema(registry, "json")
+    env = get_envelope("json")
+    rng = random.Random(1 if name == "gpt2" else 2)
+    for i, tool in enumerate(typed):
+        if i % 2 != (name == "llama2"):          # each vocabulary walks half the tools (both halves are covered)
+            continue
+        push = 0.95 if i % 4 < 2 else 0.3
+        text = walk(g, matcher(schema, name, options), name, schema, options, rng, push,
+                    steer=env.head(tool.name), finish_at=rng.randint(10, 40))
+        validate_value(text, schema)
+        assert json.loads(text)["name"] == tool.name
+
+
+def test_number_caps_exception_is_narrow():
+    """The exception covers digits past the caps, and nothing else."""
+    opts = SimpleNamespace(int_digits=3, fraction_digits=2, exponent_digits=1)
+    assert number_caps_exceeded(b'{"a":12', b"34", opts)
+    assert number_caps_exceeded(b'{"a":1.5', b"55", opts)
+    assert not number_caps_exceeded(b'{"a":1.5', b"5", opts)
+    assert not number_caps_exceeded(b'{"a":12', b"3", opts)
+    assert not number_caps_exceeded(b'{"a":"12', b"34", opts)          # inside a string
+    assert not number_caps_exceeded(b'{"a":12', b',"b"', opts)        # not a digit
+    assert number_caps_exceeded(b'{"a":1', b"e5", opts, exponent_here=False)     # a bounded number: no exponent
+    assert not number_caps_exceeded(b'{"a":1', b"e5", opts, exponent_here=True)
+    assert number_caps_exceeded(b'{"a":1e5', b"5", opts)                          # past exponent_digits
