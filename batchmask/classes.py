@@ -125,3 +125,24 @@ def refine(base: torch.Tensor, item: torch.Tensor, col: torch.Tensor, val: torch
     present = torch.zeros(B + int(pid.max()) + 1, dtype=torch.int64, device=dev)
     present[out] = 1
     return (torch.cumsum(present, 0) - 1)[out]
+
+
+def column_classes(m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """classes_of over the columns of m [R, C] without transposing it: (class per column [C], first column [K])."""
+    dev = m.device
+    R, C = m.shape
+    if C == 0 or R == 0:
+        return torch.zeros(C, dtype=torch.int64, device=dev), torch.zeros(min(C, 1), dtype=torch.int64, device=dev)
+    lo = int(m.min())
+    top = int(m.max()) - lo + 1
+    if top * (1 << 20) * R >= (1 << 52):
+        return classes_of(m.T.contiguous())
+    gen = torch.Generator().manual_seed(R)
+    weights = torch.randint(1, 1 << 20, (2, R), generator=gen).to(dev).double()
+    h = (weights @ (m.double() - lo)).long()                                        # [2, C], exact
+    _, inverse = torch.unique(h[0] * (1 << 21) + torch.remainder(h[1], 1 << 21) if int(h.max()) < (1 << 41)
+                              else h[0] ^ (h[1] << 17), return_inverse=True)
+    rep = first_of_each(inverse)
+    if not torch.equal(m, m[:, rep[inverse]]):                                      # a hash collision
+        return classes_of(m.T.contiguous())
+    return inverse, rep

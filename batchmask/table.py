@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from .automaton import Automaton, byte_table
-from .classes import classes_of, first_of_each, in_first_use_order, refine
+from .classes import classes_of, column_classes, first_of_each, in_first_use_order, refine
 from .next_codes import encode_relative
 from .tokensim import STAYS, STOPS, ByteSteps, VocabPrep, after_stops, explicit_columns
 from .values import close_ok, stays_ok
@@ -103,13 +103,13 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
 
     # Rows: explicit states, block cells (one per sub-state for far cells), done.
     E = len(explicit)
-    ex_rows = torch.full((E, C), -1, dtype=torch.int64, device=dev)
+    ex_rows = torch.full((E, C), -1, dtype=torch.int32, device=dev)        # int32: half the bytes to move
     sel = rep_pos[tok] >= 0
-    ex_rows[row_of_explicit[src[sel]], rep_pos[tok[sel]]] = nxt[sel]
+    ex_rows[row_of_explicit[src[sel]], rep_pos[tok[sel]]] = nxt[sel].to(torch.int32)
     stop_classes = torch.unique(token_class[list(prep.stop_ids)])
     acc = torch.as_tensor(aut.accepting, device=dev).long()
     ex_rows[row_of_explicit[acc][:, None], stop_classes[None, :]] = done
-    done_row = torch.full((1, C), -1, dtype=torch.int64, device=dev)
+    done_row = torch.full((1, C), -1, dtype=torch.int32, device=dev)
     done_row[0, token_class[prep.eos_id]] = done           # a finished row stays finished, emitting eos
 
     def value_part(far_fn):
@@ -120,7 +120,7 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
         (((value_rows >= 0) & (value_size > 0)[None, :]).sum(1) == 0).any()
     state_row = torch.full((S + 1,), -1, dtype=torch.int64, device=dev)
     if not bool(dead):
-        codes = torch.where(within, encode_relative(value_rows, value_ids[:, None]), value_rows)
+        codes = torch.where(within, encode_relative(value_rows, value_ids[:, None]), value_rows).to(torch.int32)
         v_row, v_uniq = classes_of(codes)                                              # equal cell rows once
         allc = torch.cat([ex_rows, codes[v_uniq][:, spread], done_row])                # [E + Rv + 1, C]
         row_of, uniq = classes_of(allc)
@@ -132,9 +132,9 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     else:
         # Some state has no way out (a vocabulary without some bytes): prune on the full table.
         value_ids, value_rows, within = value_part(lambda blk, n, d: far(blk, None, d))
-        full = torch.full((S + 1, C), -1, dtype=torch.int64, device=dev)
+        full = torch.full((S + 1, C), -1, dtype=torch.int32, device=dev)
         full[explicit] = ex_rows
-        full[value_ids] = value_rows[:, spread]
+        full[value_ids] = value_rows[:, spread].to(torch.int32)
         full[done] = done_row[0]
         finals = torch.cat([acc, torch.tensor([done], device=dev)])
         full = _prune_dead_ends(full, class_size, finals)
@@ -148,11 +148,10 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     assert int(state_row.min()) >= 0, "every state has a row"
     # Merge classes whose columns came out equal (keys are sufficient, not necessary), then number
     # classes and rows by first use, so equal grammars give equal tables whatever the hashing did.
-    merged, col_rep = classes_of(row_next.T.contiguous())
+    merged, col_rep = column_classes(row_next)
     token_class, cls_order = in_first_use_order(merged[token_class])
-    row_next = row_next[:, col_rep[cls_order]]
     state_row, row_order = in_first_use_order(state_row)
-    row_next = row_next[row_order]
+    row_next = row_next[row_order[:, None], col_rep[cls_order][None, :]]
     class_size = torch.bincount(token_class, minlength=row_next.shape[1])
     row_legal = ((row_next != -1).to(torch.int64) @ class_size).to(torch.int32)   # [R]
     final = torch.zeros(S + 1, dtype=torch.bool, device=dev)
