@@ -191,7 +191,7 @@ def _generate(args, dist, taskfile, output) -> int:
         parsed += res.call is not None
         sink.write(res.record())
         if args.show:
-            from .prompt import render_prompt
+            from .schema_task import render_prompt  # a tool set's prompt, or a schema task's
             reg = gen.registries[groups[todo_pos[res.index]]]            # the task's own tool set
             prompt = render_prompt(reg, taskfile.task_input(res.index), tokenizer, system=args.system)
             print("prompt: " + json.dumps(prompt, ensure_ascii=False), file=sys.stderr)   # the exact text, escaped

@@ -24,6 +24,7 @@ from .limits import check_batch_fits, reduce_seed, task_seed
 from .masker import BatchMasker, sample_unmasked
 from .prompt import encode_prompt, parse_call, task_text
 from .registry import ToolRegistry
+from .schema_task import SchemaTask
 
 
 class GenerationError(ValueError):
@@ -86,7 +87,8 @@ def encode_prompts(tasks: list, tokenizer, registry: ToolRegistry, seq_len: int,
     prompts = []
     regs = registry if isinstance(registry, (list, tuple)) else [registry] * len(tasks)
     for i, (task, reg) in enumerate(zip(tasks, regs)):
-        ids = encode_prompt(reg, task, tokenizer, system=system)
+        ids = reg.encode_prompt(task, tokenizer, system=system) if isinstance(reg, SchemaTask) else \
+            encode_prompt(reg, task, tokenizer, system=system)
         if len(ids) >= seq_len:
             raise GenerationError(f"task {i}: prompt is {len(ids)} tokens but the model's context (seq_len) is "
                                   f"{seq_len}; it needs at least one position left for the call "
@@ -180,7 +182,9 @@ class BatchGenerator:
         elif not ended:
             cut = True
         text = data.decode("utf-8", errors="replace")
-        call, error = parse_call(text, registry or self.registry, format=self.config.format)
+        registry = registry or self.registry
+        call, error = registry.parse(text) if isinstance(registry, SchemaTask) else \
+            parse_call(text, registry, format=self.config.format)
         counts = self.counts[slot, :n].tolist() if self.config.record_counts else None
         return Result(index, task_text(task), text, call, error, n, cut, time.perf_counter() - started, counts, ids,
                       data)

@@ -25,6 +25,7 @@ from . import api
 from .compiler import GrammarCacheError
 from .grammar_cache import CACHE_FORMAT
 from .registry import RegistryError, ToolRegistry
+from .schema_task import SchemaTask
 from .tokensim import stop_ids_of, vocab_hash_of
 
 NO_CACHE = "none"
@@ -67,8 +68,10 @@ class GrammarStore:
                        "stop_ids": list(stop_ids_of(tokenizer))}
         self._unwritable = False
 
-    def key(self, registry: ToolRegistry) -> dict:
-        """Everything the grammar of `registry` depends on (JSON-able)."""
+    def key(self, registry) -> dict:
+        """Everything the grammar of `registry` (a ToolRegistry, or a task's SchemaTask) depends on (JSON-able)."""
+        if isinstance(registry, SchemaTask):
+            return {"cache": CACHE_FORMAT, "grammar": registry.grammar_key(), **self._vocab}
         return {"cache": CACHE_FORMAT, "grammar": api.call_grammar_key(registry, self.format, self.max_string,
                                                                         self.utf8, self.options), **self._vocab}
 
@@ -86,7 +89,12 @@ class GrammarStore:
             return self.memory[h]
         path = self.path(registry)
         g = self._load(path, registry) if path is not None and path.exists() else None
-        if g is None:
+        if g is None and isinstance(registry, SchemaTask):
+            g = registry.compile(self.tokenizer, self.device)
+            self.compiled += 1
+            if path is not None:
+                self._save(g, path)
+        elif g is None:
             g = api.compile_grammar(registry, self.tokenizer, format=self.format, max_string=self.max_string,
                                     utf8=self.utf8, options=self.options, device=self.device)
             self.compiled += 1
@@ -97,8 +105,11 @@ class GrammarStore:
 
     def _load(self, path: Path, registry: ToolRegistry):
         try:
-            g = api.load_grammar(path, registry, self.tokenizer, format=self.format, max_string=self.max_string,
-                                 utf8=self.utf8, options=self.options, device=self.device)
+            if isinstance(registry, SchemaTask):
+                g = registry.load(path, self.tokenizer, self.device)
+            else:
+                g = api.load_grammar(path, registry, self.tokenizer, format=self.format, max_string=self.max_string,
+                                     utf8=self.utf8, options=self.options, device=self.device)
         except GrammarCacheError as e:
             self.warn(f"{e}; compiling it again and replacing the file")
             return None
@@ -139,22 +150,23 @@ class TaskPlan:
 
 
 def plan_tasks(taskfile, registry: ToolRegistry, options=None) -> TaskPlan:
-    """Parse every task's own "tools" (any form --tools accepts) once per distinct value; a bad one is
-    refused naming its task file line and task number."""
+    """Parse every task's own "tools" (any form --tools accepts) or "schema" (batchmask.schema_task) once per
+    distinct value; a bad one is refused naming its task file line and task number."""
     plan = TaskPlan([registry], [], [None])
     seen: dict[str, int] = {}
     tools = getattr(taskfile, "tools", None) or [None] * len(taskfile.tasks)
-    for i, obj in enumerate(tools):
-        if obj is None:
+    schemas = getattr(taskfile, "schemas", None) or [None] * len(taskfile.tasks)
+    for i, (obj, schema) in enumerate(zip(tools, schemas)):
+        if obj is None and schema is None:
             plan.groups.append(0)
             continue
-        text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+        text = json.dumps([obj, schema], ensure_ascii=False, separators=(",", ":"))
         if text not in seen:
-            where = f"{taskfile.name} line {taskfile.lines[i]} (task {i}) \"tools\""
-            try:
-                reg = ToolRegistry.from_obj(obj, source=where, options=options)
-            except RegistryError as e:
-                raise RegistryError(str(e)) from None
+            where = f"{taskfile.name} line {taskfile.lines[i]} (task {i}) \"{'tools' if schema is None else 'schema'}\""
+            if obj is not None and schema is not None:
+                raise RegistryError(f"{where}: a task has \"tools\" or a \"schema\", not both")
+            reg = ToolRegistry.from_obj(obj, source=where, options=options) if schema is None else \
+                SchemaTask(schema, where, options)
             seen[text] = len(plan.registries)
             plan.registries.append(reg)
             plan.where.append(where)
@@ -172,7 +184,8 @@ def run_grammars(args, plan: TaskPlan, todo: list[int], tokenizer, device):
     if args.no_constrain:            # the free arm compiles nothing: check the format and the schemas here
         from .envelope import registry_node
         for k, reg in enumerate(regs):
-            _named(where[k], registry_node, reg, args.format, args.max_string)
+            if not isinstance(reg, SchemaTask):          # a schema was checked when its task was read
+                _named(where[k], registry_node, reg, args.format, args.max_string)
         return None, regs, groups
     store = GrammarStore(tokenizer, format=args.format, max_string=args.max_string, utf8=not args.bytes,
                          device=device, cache_dir=cache_dir_of(getattr(args, "grammar_cache", None)))

@@ -64,6 +64,9 @@ class TaskFile:
     # JSONL "tools" per task (its own tool set, any form --tools accepts, as read; batchmask.grammar_store),
     # None where the task uses the run's --tools; empty when no line has any
     tools: list = field(default_factory=list)
+    # JSONL "schema" per task (its answer is one JSON value of that schema; batchmask.schema_task), None elsewhere;
+    # empty when no line has any
+    schemas: list = field(default_factory=list)
 
     def key(self) -> str:
         """sha256 of the tasks, their ceilings and their messages, in order (what the results depend on, not the
@@ -73,6 +76,8 @@ class TaskFile:
             rows = [[t, n, m] for (t, n), m in zip(rows, self.messages)]
         if any(x is not None for x in self.tools):     # a task's own tools change its prompt and grammar
             rows = [[*r, x] for r, x in zip(rows, self.tools)]
+        if any(x is not None for x in self.schemas):
+            rows = [[*r, {"schema": x}] for r, x in zip(rows, self.schemas)]
         blob = json.dumps(rows, ensure_ascii=False)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
@@ -130,7 +135,7 @@ def read_tasks(path: str, fmt: str = "auto") -> TaskFile:
                                        f"fix the line or pass --tasks-format text|jsonl")
     if fmt == "text":
         return TaskFile(name, "text", [ln.strip() for _, ln in lines], [None] * len(lines), [n for n, _ in lines])
-    tasks, limits, convos, tools = [], [], [], []
+    tasks, limits, convos, tools, schemas = [], [], [], [], []
     for n, ln in lines:
         try:
             obj = json.loads(ln)
@@ -158,9 +163,14 @@ def read_tasks(path: str, fmt: str = "auto") -> TaskFile:
         if tools[-1] is not None and not isinstance(tools[-1], (list, dict)):
             raise RunFileError(f"{name} line {n}: \"tools\" must be a list of tools or an object with \"tools\" "
                                f"(any form --tools accepts), got {type(tools[-1]).__name__}")
+        schemas.append(obj.get("schema"))
+        if schemas[-1] is not None and not isinstance(schemas[-1], dict):
+            raise RunFileError(f"{name} line {n}: \"schema\" must be a JSON Schema object, got "
+                               f"{type(schemas[-1]).__name__}")
     return TaskFile(name, "jsonl", tasks, limits, [n for n, _ in lines],
                     convos if any(c is not None for c in convos) else [],
-                    tools if any(x is not None for x in tools) else [])
+                    tools if any(x is not None for x in tools) else [],
+                    schemas if any(x is not None for x in schemas) else [])
 
 
 def _messages(obj: dict, name: str, n: int) -> list | None:

@@ -24,6 +24,9 @@ from batchmask.masker import BatchMasker
 from batchmask.registry import ToolRegistry
 
 MAX_STRING = 6
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "minLength": 1, "maxLength": 4},
+                                           "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+          "required": ["city", "days"], "additionalProperties": False}
 
 
 def fn(name, props, required):
@@ -223,6 +226,7 @@ def files(tmp_path_factory, tok):
         if i % 3:
             row["tools"] = TOOL_SETS[i % 3 - 1] if i % 2 else {"tools": TOOL_SETS[1]} if i % 3 == 2 else TOOL_SETS[0]
         lines.append(json.dumps(row))
+    lines += [json.dumps({"task": f"a record {i}", "schema": SCHEMA}) for i in range(2)]     # one JSON value each
     (d / "tasks.jsonl").write_text("\n".join(lines) + "\n")
     (d / "tools.json").write_text(json.dumps(TOOL_SETS[2]))
     return d
@@ -257,12 +261,16 @@ def task_registry(row, default):
 def test_cli_tasks_with_own_tools_and_a_second_run_compiles_nothing(files, tmp_path, count_compiles, capsys):
     cache = tmp_path / "cache"
     assert cli(files, tmp_path / "a.jsonl", cache=cache) == 0
-    assert len(count_compiles) == 3 and len(list(cache.glob("*.pt"))) == 3        # three distinct tool sets
+    assert len(count_compiles) == 4 and len(list(cache.glob("*.pt"))) == 4        # three tool sets, one schema
     rows = [json.loads(x) for x in (files / "tasks.jsonl").read_text().splitlines()]
     default = ToolRegistry.from_obj(TOOL_SETS[2])
     recs = [json.loads(x) for x in (tmp_path / "a.jsonl").read_text().splitlines()]
-    assert [r["index"] for r in recs] == list(range(9))
+    assert [r["index"] for r in recs] == list(range(11))
     for rec, row in zip(recs, rows):
+        if "schema" in row:                                   # one JSON value of the task's schema
+            assert rec["error"] is None and json.loads(rec["text"]) == rec["call"]
+            jsonschema.validate(rec["call"], row["schema"])
+            continue
         reg = task_registry(row, default)
         assert rec["error"] is None and rec["call"]["name"] in reg.names
         tool = reg[rec["call"]["name"]]
@@ -318,6 +326,12 @@ def test_bad_tools_of_one_task_end_the_run_naming_it_before_anything_is_written(
     (files / "bad2.jsonl").write_text(json.dumps({"task": "t", "tools": "get_weather"}) + "\n")
     assert cli(files, out, tasks="bad2.jsonl", cache=tmp_path) == 2
     assert "bad2.jsonl line 1: \"tools\" must be" in capsys.readouterr().err and not out.exists()
+    bad = [{"task": "t"}, {"task": "u", "schema": {"type": "object", "properties": {"a": {"type": "string",
+                                                                                        "patternProperties": {}}}}}]
+    (files / "bad3.jsonl").write_text("\n".join(json.dumps(r) for r in bad) + "\n")
+    assert cli(files, out, tasks="bad3.jsonl", cache=tmp_path) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "bad3.jsonl line 2 (task 1) \"schema\"" in err[0] and not out.exists()
 
 
 def test_torchrun_ranks_with_per_task_tools_write_what_one_process_writes(files, tmp_path):
