@@ -120,7 +120,7 @@ def run_ours(case: dict) -> dict:
             load_grammar(path, reg, vocab, **kw)
             loads.append(time.perf_counter() - t)
         file_bytes = path.stat().st_size
-    return {"states": g.num_states, "classes": g.num_classes, "vocab": g.vocab_size, "device_bytes": g.nbytes,
+    return {"states": g.num_states, "classes": g.num_classes, "vocab_size": g.vocab_size, "device_bytes": g.nbytes,
             "rows": g.num_rows, "table_dtype": str(g.row_next.dtype).removeprefix("torch."), "cold_s": cold,
             "warm_s": statistics.median(warm), "load_s": statistics.median(loads), "file_bytes": file_bytes,
             "tokenizer_s": tokenizer_s}
