@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from decimal import Decimal
 from pathlib import Path
+from types import SimpleNamespace
 
 import jsonschema
 import pytest
@@ -148,3 +149,36 @@ def test_parse_call_typed_tools_checks_the_schema():
                      '"passengers":{"adults":2}}}'):
         call, why = parse_call(text, reg, format="json")
         assert why is None and reference_valid(call, schema)
+
+
+# --- the compile entry points: bad input is one clear error ------------------------------------------
+BYTES = SimpleNamespace(token_bytes=[b"", b"", b""] + [bytes([b]) for b in range(256)], eos_id=2, stop_ids=(2,))
+
+
+@pytest.mark.parametrize("schema,match", [
+    ("{nope", "<schema>: not valid JSON at line 1 column 2"),
+    (["x"], "a JSON Schema is an object"),
+    ({"type": "integer", "multipleOf": 3}, "#/multipleOf"),
+])
+def test_compile_json_schema_refuses_bad_schemas(schema, match):
+    from batchmask import compile_json_schema
+    with pytest.raises(ValueError, match=match):
+        compile_json_schema(schema, BYTES)
+
+
+def test_compile_grammar_refuses_an_unknown_format_and_a_non_registry():
+    from batchmask import compile_grammar
+    with pytest.raises(ValueError, match="unknown call format 'xml'"):
+        compile_grammar(ToolRegistry.defaults(), BYTES, format="xml")
+    with pytest.raises(ValueError, match="needs a ToolRegistry"):
+        compile_grammar([{"name": "calc"}], BYTES)
+
+
+def test_compile_json_schema_accepts_a_json_string_and_writes_one_value():
+    from batchmask import compile_json_schema
+    g = compile_json_schema('{"type": "integer", "minimum": 3, "maximum": 4}', BYTES)
+    state = g.start
+    for b in b"4":
+        state = int(g.next_state([state], [3 + b])[0])
+    assert state >= 0 and bool(g.allowed([state])[0][2])          # the stop token after a whole value
+    assert int(g.next_state([g.start], [3 + ord("5")])[0]) == -1
