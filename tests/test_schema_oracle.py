@@ -23,8 +23,8 @@ Exceptions, each in a number state and each named where it is checked:
 No other difference is tolerated. llguidance runs with `no_forcing` (its default
 narrows masks in forced stretches to one canonical tokenisation, which is not the language).
 
-Every completed walk, and every finish() completion of a walk's prefix, is validated by
-jsonschema with the format checker (and by batchmask.validate).
+Every completed walk, and the finish() completion of a walk's prefix at each of its first 64 steps
+and every 16th after, is validated by jsonschema with the format checker (and by batchmask.validate).
 """
 from __future__ import annotations
 
@@ -303,9 +303,8 @@ def _walk(g, m, name: str, schema, options, rng: random.Random, push: float, ste
         assert not missing, (f"step {step} after {text[-60:]!r}: llguidance allows {len(missing)} tokens we do not, "
                              f"e.g. {[v.token_bytes[t] for t in missing[:6]]}")
         assert ours.any(), f"step {step}: no legal token after {text!r}"
-        if finish_at is not None and step == finish_at:
-            completion = text + g.finish_bytes(state)
-            validate_value(completion, schema)
+        if step < 64 or step % 16 == 0 or step == finish_at:    # finish() from (nearly) every prefix
+            validate_value(text + g.finish_bytes(state), schema)
         stop_here = np.flatnonzero(ours & theirs & is_stop)
         if len(stop_here) and (len(stop_here) == int((ours & theirs).sum()) or rng.random() < 0.3):
             assert bool(m.consume_token(int(stop_here[0])))
