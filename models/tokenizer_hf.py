@@ -358,9 +358,9 @@ def _read_side_files(tok: HFTokenizer, directory: Path | None, specials: dict[st
 def _template_end_tokens(template: str, specials: dict[str, int], bos_token, eos_token) -> list[int]:
     """The special token the chat template writes right after an assistant message, if any.
 
-    Rendered as transformers renders templates (batchmask.chat_template); a template that needs more
+    Rendered as transformers renders templates (chat_template.py); a template that needs more
     than a plain two-message conversation yields nothing, not an error."""
-    from batchmask.chat_template import render
+    from .chat_template import render
 
     sentinel = "\x02batchmask-reply\x03"
     messages = [{"role": "user", "content": "\x02batchmask-task\x03"}, {"role": "assistant", "content": sentinel}]
