@@ -167,6 +167,35 @@ def test_walks_match_the_reference(name, utf8):
         walk(g, ref, rng, stay_bias)
 
 
+def random_tree(rng: random.Random, depth: int = 3):
+    """A random grammar tree over the node types (strings always closed by their quote)."""
+    kind = rng.choice(["lit", "str", "set"] if depth == 0 else ["lit", "str", "set", "seq", "alt", "alt", "rep"])
+    if kind == "lit":
+        return Lit(rng.choice([b"", b"a", b"ab", b'"', b'\\"', b"{", b"1", "é".encode(), b"null", b'"x"']))
+    if kind == "str":
+        lo = rng.randint(0, 3)
+        return jstr(lo, lo + rng.choice([0, 1, 4, 30]))
+    if kind == "set":
+        return ByteSet.of(rng.sample(b'ab01"\\\xc3', rng.randint(1, 4)))
+    if kind == "rep":
+        lo = rng.randint(0, 2)
+        return Repeat(random_tree(rng, depth - 1), lo, lo + rng.randint(0, 2))
+    items = tuple(random_tree(rng, depth - 1) for _ in range(rng.randint(2, 3)))
+    return Seq(items) if kind == "seq" else Alt(items)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_trees_match_the_reference(seed):
+    rng = random.Random(seed)
+    node = Seq((Lit(b"<"), random_tree(rng, 4), Lit(b">")))
+    vocab = synthetic_vocab(node, seed)
+    vocab.token_bytes += [b"<", b"<a", b'<"', b">", b'">', b"a>", b'a"', b"1a", b'\\"a']
+    g = compile_node(node, vocab, utf8=bool(seed % 2), key={})
+    ref = Reference(node, bool(seed % 2), vocab.token_bytes, vocab.stop_ids)
+    for stay_bias in (0.0, 0.9):
+        walk(g, ref, rng, stay_bias, max_steps=80)
+
+
 @pytest.fixture(scope="module")
 def llama():
     tok = pytest.importorskip("batchmask.models.tokenizer")
