@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import utf8 as U
-from .grammar import QUOTE, is_body_byte
+from .grammar import QUOTE
 
 BACKSLASH = 0x5C
 FILL = b"?"          # one unit, used by `finish` to pad a value up to its minimum
@@ -212,6 +212,3 @@ def value_type(kind: str, utf8: bool) -> ValueType:
         else:
             raise ValueError(f"unknown value kind {kind!r} (expected 'seed' or 'json')")
     return _TYPES[name]
-
-
-assert not any(is_body_byte(b) for b in (QUOTE, BACKSLASH))
