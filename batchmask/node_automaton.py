@@ -18,8 +18,9 @@ Subset construction runs over *elements*: an NFA state waiting for a byte, END, 
 the BFS stops there, and the block (laid out by values.ValueType.cells) carries on by arithmetic
 in the table builder. Any other subset is an explicit state, also while a value runs beside
 something else (an enum beside a free string); two values in parallel are explicit for as long
-as they last, up to `MAX_EXPLICIT` states. Bytes are handled in classes (bytes no NFA state and
-no value type tells apart), so a digit set costs a few steps, not 256.
+as they last, up to `MAX_PARALLEL` such states (then the build is refused with an error).
+Bytes are handled in classes (bytes no NFA state and no value type tells apart), so a digit set
+costs a few steps, not 256.
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from .values import close_ok, stays_ok, value_type
 
 BYTE, ALT, BLOCK, END = range(4)
 MAX_EXPLICIT = 200_000
+MAX_PARALLEL = 5_000
 
 
 class GrammarBuildError(ValueError):
@@ -214,6 +216,7 @@ class _Subsets:
         queue: deque = deque()
         cls_edges: list = []                  # (src explicit id, class, target)
         blocks_seen: dict[int, int] = {}      # NFA block state -> entry depth
+        parallel = [0]                        # explicit states holding two or more string positions
 
         def target(elems: tuple):
             if len(elems) == 1 and isinstance(elems[0], tuple):
@@ -229,10 +232,16 @@ class _Subsets:
                 i = index[key] = len(states)
                 states.append(elems)
                 queue.append(("state", i))
+                if sum(isinstance(e, tuple) for e in elems) > 1:
+                    parallel[0] += 1
+                if parallel[0] > MAX_PARALLEL:
+                    raise GrammarBuildError(
+                        f"grammar: two different strings stay open side by side for more than {MAX_PARALLEL} "
+                        "states (e.g. anyOf of long strings that differ only later); merge those anyOf branches")
                 if len(states) > MAX_EXPLICIT:
                     raise GrammarBuildError(
-                        f"grammar: more than {MAX_EXPLICIT} explicit states (two open strings in parallel, "
-                        "or repeats that multiply); simplify the schema (e.g. merge anyOf branches of strings)")
+                        f"grammar: more than {MAX_EXPLICIT} explicit states (repeats that multiply, or very long "
+                        "alternatives); simplify the schema")
             return i
 
         start = target(nfa.closure(self.start))

@@ -320,5 +320,7 @@ def test_bad_trees_are_refused(llama):
         compile_node(Seq((Lit(b'"'), JsonStr(0, 3))), llama, key={})
     with pytest.raises(ValueError, match="min <= max"):
         compile_node(Repeat(Lit(b"a"), 3, 1), llama, key={})
+    with pytest.raises(ValueError, match="two different strings stay open side by side"):
+        compile_node(Alt((Seq((jstr(0, 3000), Lit(b"a"))), Seq((jstr(1, 2000), Lit(b"b"))))), llama, key={})
     with pytest.raises(ValueError, match="JSON-able"):
         compile_node(Lit(b"a"), llama, key={"x": object()})
