@@ -35,3 +35,18 @@ def test_a_bad_architecture_is_one_clear_line(capsys):
     assert main(["check-kernels", "--arch", "sm_x9"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--arch" in err[0] and "'sm_x9'" in err[0]
+
+
+@pytest.mark.parametrize("bad", [{"error": "CompilationError: out of resources"}, {"spills": 64}])
+def test_a_compile_error_or_a_spill_fails_the_check(monkeypatch, capsys, bad):
+    from batchmask import kernel_check
+    good = dict(kernel="_mask_kernel", label="logits float32, table int16", arch="sm_90", error=None,
+                registers=30, spills=0, stack=0, shared=0, cubin_bytes=16000)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # report in this process, from the rows below
+    monkeypatch.setattr(kernel_check, "check", lambda archs, jobs=None: [good, {**good, **bad}])
+    assert kernel_check.run("sm_90") == 1
+    out, err = capsys.readouterr()
+    assert ("COMPILE ERROR: CompilationError" in out) == ("error" in bad)
+    assert "1 compile error(s)" in err if "error" in bad else "1 kernel(s) spilling" in err
+    monkeypatch.setattr(kernel_check, "check", lambda archs, jobs=None: [good])
+    assert kernel_check.run("sm_90") == 0
