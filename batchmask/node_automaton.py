@@ -166,8 +166,8 @@ class _Subsets:
         self.byte_class = self.byte_class.reshape(-1)
         self.num_classes = int(self.byte_class.max()) + 1
         self.rep = np.array([np.flatnonzero(self.byte_class == c)[0] for c in range(self.num_classes)])  # smallest
-        mask_arr = cols[0]
-        self.mask_classes = [tuple(np.unique(self.byte_class[np.flatnonzero(m)]).tolist()) for m in mask_arr]
+        in_mask = cols[0][:, self.rep] > 0                               # [M, classes]: classes refine masks
+        self.mask_classes = [tuple(np.flatnonzero(row).tolist()) for row in in_mask]
         self._trans: dict = {}
         self._exit_moves: dict = {}
 
