@@ -15,9 +15,10 @@ side by side. How it is built, without a loop over tokens or states:
     into one shared done state D at the end, so the kernels' single `done_state` holds;
   * codes (batchmask/next_codes.py): absolute codes (>= 0) move by O_g (done_g -> D); relative codes
     (<= -2) and -1 are unchanged, since they only ever name a state of their own grammar's block;
-  * rows: grammar g's rows re-indexed and re-coded, stacked, and equal rows stored once (rows of
-    value bodies are relative, so grammars with like values share them): the combined table is
-    never larger than the grammars' tables side by side.
+  * rows: grammar g's rows re-indexed and re-coded, stacked, and equal rows stored once; a row only
+    one state uses has its forward moves made relative first, so the many rows that behave alike in
+    several grammars (the same tool's arguments, like values) no longer differ by where their grammar
+    sits, and are stored once.
 
 `combine([g])` is `g` itself: a single grammar costs nothing. Host-side queries (finish_bytes,
 finish_text, describe) go to the grammar owning the state.
@@ -29,7 +30,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .classes import classes_of, in_first_use_order
+from .classes import classes_of, first_of_each, in_first_use_order
 from .compiler import CompiledGrammar
 
 __all__ = ["GrammarSet", "GrammarSetError", "combine", "starts_of"]
@@ -58,7 +59,13 @@ def combine(grammars: Sequence[CompiledGrammar]):
     if len(distinct) == 1:
         return grammars[0]
     _check_compatible(distinct)
-    table = GrammarSet(distinct)
+    threads = torch.get_num_threads()
+    if distinct[0].device.type == "cpu":
+        torch.set_num_threads(1)      # many memory-bound ops: a second thread mostly spins (as compile_node)
+    try:
+        table = GrammarSet(distinct)
+    finally:
+        torch.set_num_threads(threads)
     if len(distinct) < len(grammars):                             # starts[i]: input i's start state
         pos = {id(g): k for k, g in enumerate(distinct)}
         table.starts = [table.starts[pos[id(g)]] for g in grammars]
@@ -86,22 +93,55 @@ def _check_compatible(grammars: list) -> None:
                                   f"{g.done_state}, start {g.start}, {g.num_states} states; done must be last)")
 
 
-def _share_rows(rows: torch.Tensor, done: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Store equal rows once: (row id of each input row [N], the distinct rows [R, C]), by first use.
+def _share_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Store equal rows once: (row id of each input row [N], the distinct rows [R, C]), numbered by first use.
 
-    Within one grammar rows are already distinct, and a row naming a state of its own grammar
-    absolutely cannot equal another grammar's; so only rows whose absolute codes all name the shared
-    done state (relative moves and -1 otherwise: value bodies, done) are compared."""
-    N = rows.shape[0]
-    free = ~((rows >= 0) & (rows != done)).any(1)                                          # [N]
-    cand = torch.nonzero(free).flatten()
-    ids = torch.arange(N, device=rows.device)                                               # [N] twin row
-    if len(cand) > 1:
-        cls, rep = classes_of(rows.index_select(0, cand).to(torch.int64))
-        ids[cand] = cand.index_select(0, rep.index_select(0, cls))       # each candidate -> its first twin
-    uniq, inv = torch.unique(ids, return_inverse=True)                   # uniq: the rows kept, ascending
-    row_id, order = in_first_use_order(inv)
-    return row_id, rows.index_select(0, uniq.index_select(0, order))
+    Rows are grouped by two exact integer dot products with random weights (float64, a few thousand rows at a
+    time: no [N, C] int64 copy), every row is checked against its group's first, and only after a hash
+    collision are they grouped exactly (a row sort)."""
+    N, C = rows.shape
+    dev = rows.device
+    lo = int(rows.min())
+    top = int(rows.max()) - lo + 1
+    gen = torch.Generator().manual_seed(C)
+    weights = torch.randint(1, 1 << 20, (C, 2), generator=gen).to(device=dev, dtype=torch.float64)
+    inverse = None
+    if top * (1 << 20) * C < (1 << 52):                    # every partial sum is an integer below 2^53: exact
+        h = torch.cat([(rows[i:i + 4096].to(torch.float64) - lo) @ weights for i in range(0, N, 4096)]).long()
+        key = h[:, 0] * (1 << 21) + torch.remainder(h[:, 1], 1 << 21) if int(h.max()) < (1 << 41) \
+            else h[:, 0] ^ (h[:, 1] << 17)
+        inverse = torch.unique(key, return_inverse=True)[1]
+        rep = first_of_each(inverse)
+        twin = rep.index_select(0, inverse)
+        if not all(torch.equal(rows[i:i + 4096], rows.index_select(0, twin[i:i + 4096])) for i in range(0, N, 4096)):
+            inverse = None                                 # a collision: group exactly
+    if inverse is None:
+        inverse = torch.unique(rows, dim=0, return_inverse=True)[1]
+        rep = first_of_each(inverse)
+    row_id, order = in_first_use_order(inverse)
+    return row_id, rows.index_select(0, rep.index_select(0, order))
+
+
+def _relative_rows(r: torch.Tensor, state_row: torch.Tensor, done: int) -> torch.Tensor:
+    """Forward moves of rows used by one state only, as relative codes (next_codes.py), in place.
+
+    Such a row then no longer names where its grammar sits among the others, so rows of different grammars
+    (or of one) that behave alike from their state on become equal and are stored once. Rows several
+    states share keep their absolute codes (the same target from each), and so do moves to lower states
+    and to done."""
+    R = r.shape[0]
+    sr = state_row.to(torch.int64)
+    uses = torch.bincount(sr, minlength=R)                                                    # [R]
+    owner = torch.full((R,), -1, dtype=torch.int64, device=r.device)
+    owner.scatter_(0, sr, torch.arange(len(sr), device=r.device))                             # [R]
+    one = torch.nonzero(uses == 1).flatten()
+    if len(one) == 0:
+        return r
+    sub = r.index_select(0, one)                                                              # [k, C]
+    s = owner.index_select(0, one).to(sub.dtype)[:, None]                                     # [k, 1]
+    fwd = (sub > s) & (sub != done)
+    r.index_copy_(0, one, torch.where(fwd, -2 - (sub - s), sub))
+    return r
 
 
 class GrammarSet(CompiledGrammar):
@@ -137,9 +177,10 @@ class GrammarSet(CompiledGrammar):
         for g, off, base in zip(grammars, offsets, row_base):
             r = rows[base:base + g.num_rows]
             r.copy_(g.row_next.index_select(1, g.token_class.to(torch.int64).index_select(0, rep)))
+            _relative_rows(r, g.state_row, g.done_state)
             r.add_((r >= 0).to(torch.int32) * off)
             r.masked_fill_(r == g.done_state + off, done)
-        row_id, row_next = _share_rows(rows, done)
+        row_id, row_next = _share_rows(rows)
         parts, done_rows = [], set()
         for g, base in zip(grammars, row_base):
             sr = row_id.index_select(0, g.state_row.to(torch.int64) + base)                  # [S_g]
