@@ -89,13 +89,9 @@ class GrammarStore:
             return self.memory[h]
         path = self.path(registry)
         g = self._load(path, registry) if path is not None and path.exists() else None
-        if g is None and isinstance(registry, SchemaTask):
-            g = registry.compile(self.tokenizer, self.device)
-            self.compiled += 1
-            if path is not None:
-                self._save(g, path)
-        elif g is None:
-            g = api.compile_grammar(registry, self.tokenizer, format=self.format, max_string=self.max_string,
+        if g is None:
+            g = registry.compile(self.tokenizer, self.device) if isinstance(registry, SchemaTask) else \
+                api.compile_grammar(registry, self.tokenizer, format=self.format, max_string=self.max_string,
                                     utf8=self.utf8, options=self.options, device=self.device)
             self.compiled += 1
             if path is not None:
@@ -143,8 +139,9 @@ class TaskPlan:
     where: list = field(default_factory=list)          # per registry, the task line it came from (None: --tools)
 
     def for_tasks(self, indices: list[int]) -> tuple[list[ToolRegistry], list[int]]:
-        """The tool sets the tasks at `indices` use, in first use (the run's own first), and their groups."""
-        used = sorted({self.groups[i] for i in indices} | {0})
+        """The tool sets the tasks at `indices` use (in order of `registries`: the run's own first, if any task
+        uses it), and each task's index into them."""
+        used = sorted({self.groups[i] for i in indices}) or [0]
         new = {g: k for k, g in enumerate(used)}
         return [self.registries[g] for g in used], [new[self.groups[i]] for i in indices]
 

@@ -349,3 +349,12 @@ def test_torchrun_ranks_with_per_task_tools_write_what_one_process_writes(files,
     assert done.returncode == 0, done.stderr[-2000:]
     strip = lambda p: [{k: v for k, v in json.loads(x).items() if k != "seconds"} for x in p.read_text().splitlines()]
     assert strip(multi) == strip(single)
+
+
+def test_the_runs_own_tools_are_not_compiled_when_no_task_uses_them(files, tmp_path, count_compiles):
+    (files / "own.jsonl").write_text("\n".join(json.dumps({"task": f"t{i}", "tools": TOOL_SETS[1]})
+                                               for i in range(3)) + "\n")
+    assert cli(files, tmp_path / "o.jsonl", tasks="own.jsonl", cache="none") == 0
+    assert len(count_compiles) == 1
+    names = {json.loads(x)["call"]["name"] for x in (tmp_path / "o.jsonl").read_text().splitlines()}
+    assert names <= {"answer", "add", "flag"}
