@@ -37,7 +37,7 @@ class FlatVocab:
     """
 
     def __init__(self, token_bytes: list[bytes], device):
-        lengths = np.fromiter((len(b) for b in token_bytes), dtype=np.int64, count=len(token_bytes))
+        lengths = np.fromiter(map(len, token_bytes), dtype=np.int64, count=len(token_bytes))
         joined = b"".join(token_bytes) + b"\0"                    # one pad byte: reads past a token stay in range
         self.flat_np = np.frombuffer(joined, dtype=np.uint8).astype(np.int64)                             # [N+1]
         self.flat = torch.from_numpy(self.flat_np).to(device)                                            # [N+1]
@@ -119,7 +119,7 @@ def vocab_hash_of(tokenizer) -> str:
 
 def hash_vocab(token_bytes, eos_id, stop_ids=None) -> str:
     """sha256 of the token bytes, the eos id and (when not just eos) the stop ids."""
-    lengths = np.fromiter((len(b) for b in token_bytes), dtype=np.int64, count=len(token_bytes))
+    lengths = np.fromiter(map(len, token_bytes), dtype=np.int64, count=len(token_bytes))
     h = hashlib.sha256(lengths.tobytes())
     h.update(b"".join(token_bytes))
     h.update(int(eos_id).to_bytes(8, "little"))
@@ -312,7 +312,8 @@ def _signature(vt: ValueType, vocab: FlatVocab) -> Signature:
     ev_byte = vocab.flat[vocab.offset[ev_tok] + ev_pos]
     # one number per (token, sub-state): outcome, units, end sub-state, stop position
     L = vocab.max_len + 2
-    packed = ((out * L + units) * (Q + 1) + q_end + 1) * L + stop_pos + 1           # [Q, V]
+    packed = out * L                                                                 # [Q, V]
+    packed.add_(units).mul_(Q + 1).add_(q_end).add_(1).mul_(L).add_(stop_pos).add_(1)    # in place: no temporaries
     sig_id = classes_of(packed.T.contiguous())[0]
     reach = torch.where(out != DIES, units, 0).amax(1)
     return Signature(out, units, q_end, ev_of, ev_tok, ev_pos, ev_byte, sig_id, reach)
