@@ -21,6 +21,7 @@ import functools
 import os
 from types import SimpleNamespace
 
+import numpy as np
 import torch
 
 from batchmask.kernels import choose_cpu, mask_cpu, mask_torch
@@ -54,13 +55,14 @@ class BatchMasker:
         self.backend = _pick_backend(backend, self.device)
         self._kernels = _load_kernels(self.backend)
         self.tables = _device_tables(grammar, self.device)
-        # the torch backend: the CPU fast paths on the CPU (their token lists built now, not in the first step)
+        # the torch backend: the CPU fast paths on the CPU (their token lists are listed per table row when a
+        # step first meets it, kernels/short_sides.py: building them all here took seconds on a large vocabulary)
         self._torch = mask_torch
+        self.start = int(grammar.start)
         if self.device.type == "cpu":
             self._torch = SimpleNamespace(mask_logits_=mask_cpu.mask_logits_, advance_=mask_cpu.advance_,
                                           sample_=choose_cpu.sample_)
-            mask_cpu.sides_of(self.tables)
-        self.start = int(grammar.start)
+            mask_cpu.sides_of(self.tables).groups(np.array([self.start]))  # the start row, now
         self._start_count = int(self.tables.legal_count[self.start])
 
         B, dev = batch_size, self.device
@@ -270,6 +272,23 @@ def _load_kernels(backend: str):
     return mask_triton
 
 
+def _row_min_and_max(row_next: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(int64 [R] each row's lowest code, the highest code) of row_next [R, C]. On the CPU both come from one
+    read of the table, a block of rows at a time while it is in cache (a combined table is ~170 MB; two full
+    reductions cost twice the memory traffic, and torch's fused aminmax was slower still)."""
+    if row_next.device.type != "cpu":
+        return row_next.amin(1).long(), int(row_next.amax())
+    a = row_next.numpy()
+    lo = np.empty(a.shape[0], dtype=a.dtype)  # [R]
+    hi = np.iinfo(a.dtype).min
+    step = max(1, (1 << 18) // max(1, a.shape[1]))  # rows per block: ~1 MB of int32
+    for r in range(0, a.shape[0], step):
+        block = a[r:r + step]
+        np.min(block, axis=1, out=lo[r:r + step])
+        hi = max(hi, int(block.max()))
+    return torch.from_numpy(lo).long(), hi
+
+
 def _device_tables(grammar, device: torch.device) -> Tables:
     """Copy the grammar's tables to the device in the kernels' dtypes, checking them against the contract.
 
@@ -300,12 +319,13 @@ def _device_tables(grammar, device: torch.device) -> Tables:
     if state_row is not None:
         if state_row.shape != (S,) or int(state_row.min()) < 0 or int(state_row.max()) >= R:
             raise GrammarTableError(f"state_row must be [{S}] with values in [0, {R})")
-        # the highest next state per row, then per state (a relative move's target grows with its state):
-        # O(R*C + S), never the decoded [S, C] (a combined table of many grammars has a million states)
-        row_hi, row_lo = row_next.max(1).values.long(), row_next.min(1).values.long()  # [R] each
+        # the highest next state: the highest absolute code anywhere, and per state the target of its row's
+        # lowest relative code (it grows with the state). O(R*C + S), never the decoded [S, C] (a combined
+        # table of many grammars has a million states)
+        row_lo, code_hi = _row_min_and_max(row_next)  # int64 [R], int
         sr = state_row.long()
         jump = torch.where(row_lo.index_select(0, sr) <= -2, torch.arange(S, device=device) - 2 - row_lo[sr], -1)
-        lo, hi = -1, int(torch.maximum(row_hi.index_select(0, sr), jump).max())        # decoded codes are >= -1
+        lo, hi = -1, max(code_hi, int(jump.max()))  # decoded codes are >= -1
     else:
         lo, hi = int(row_next.min()), int(row_next.max())
     if lo < -1 or hi >= S:

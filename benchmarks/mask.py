@@ -2,10 +2,13 @@
 Per-step cost of grammar masking for a whole batch: mask + advance, and the fused mask + sample + advance,
 against a per-row Python loop over the vocabulary (B <= 8) and xgrammar (when installed) on the same grammar.
 
-    .venv/bin/python benchmarks/mask.py [--quick] [--device cpu|cuda] [--json out.json]
+    .venv/bin/python benchmarks/mask.py [--quick] [--device cpu|cuda] [--grammar FILE] [--json out.json]
 
 The grammar is the default tool registry compiled for the Llama 2 tokenizer (../shared/llama2/tokenizer.model)
-when the compiler and tokenizer are available, else a synthetic table of realistic size (S=4000, C=200).
+when the compiler and tokenizer are available, else a synthetic table of realistic size (S=4000, C=200);
+--grammar FILE takes a saved CompiledGrammar instead (CompiledGrammar.save, e.g. a catalogue on Qwen2), at its
+own vocabulary only. Each batch size also reports the masker's construction and its first step (the CPU
+paths' token lists of the rows' states are built on first use).
 For V = 128K the grammar's token classes are tiled over the wider vocabulary (same table, 4x the ids).
 Rows sit at realistic states, an explicit mix (--value-frac, default 0.8): that fraction of the rows is inside a
 string value (states where most tokens are legal: only quotes, backslashes, control bytes... are out), the rest
@@ -42,8 +45,13 @@ VOCABS = [32000, 128 * 1024]
 # ----------------------------------------------------------------------------------------------------------
 # grammars
 
-def load_grammar(device: str):
-    """(grammar, description, registry or None): the real compiled registry if possible, else synthetic."""
+def load_grammar(device: str, path: str | None = None):
+    """(grammar, description, registry or None): a saved grammar file if given, else the real compiled registry
+    if possible, else synthetic."""
+    if path:
+        from batchmask.compiler import CompiledGrammar
+        g = CompiledGrammar.load(path, device=device)
+        return g, f"{path} (S={g.num_states}, R={g.num_rows}, C={g.num_classes}, V={g.vocab_size})", None
     try:
         from batchmask.models.tokenizer import load_tokenizer
 
@@ -155,9 +163,25 @@ def masker_steps(g, B: int, device, backend: str, value_frac: float, gen: torch.
                "sample T=1 top-p 0.9": fused(1.0, 0.9)}
 
 
+def bench_setup(g, B, device, backend, args) -> dict:
+    """One-off costs: BatchMasker construction, then its first greedy step from realistic states (ms, wall)."""
+    states = realistic_states(g, B, args.value_frac, torch.Generator().manual_seed(0)).to(device)
+    logits = torch.randn(B, g.vocab_size, generator=torch.Generator().manual_seed(0)).to(device)
+    sync(device)
+    t0 = time.perf_counter()
+    m = BatchMasker(g, B, device=device, backend=backend, max_tokens=16)
+    sync(device)
+    t1 = time.perf_counter()
+    m.rows.state.copy_(states)
+    m.sample(logits, temperature=0.0)
+    sync(device)
+    t2 = time.perf_counter()
+    return {"construct": ((t1 - t0) * 1e3,) * 3, "first step greedy": ((t2 - t1) * 1e3,) * 3}
+
+
 def bench_batchmask(g, B, V, device, backend, args) -> dict:
+    out = bench_setup(g, B, device, backend, args)
     m, steps = masker_steps(g, B, device, backend, args.value_frac, torch.Generator().manual_seed(0))
-    out = {}
     for name, fn in steps.items():
         if "top-p" in name and device.type == "cpu" and B * V > args.cpu_sample_limit:
             continue  # top-p sorts and hashes [B, V] on the CPU: seconds per step at this size
@@ -223,6 +247,7 @@ def main():
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--quick", action="store_true", help="B in {1, 64}, V = 32000 only, short runs")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--grammar", help="a saved CompiledGrammar file to benchmark (its own vocabulary only)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
     ap.add_argument("--value-frac", type=float, default=0.8,
                     help="fraction of rows inside a string value (the rest at literal / few-legal states)")
@@ -241,7 +266,9 @@ def main():
     if args.quick:
         args.budget, args.max_iters = min(args.budget, 0.3), min(args.max_iters, 30)
 
-    base, gdesc, registry = load_grammar(str(device))
+    base, gdesc, registry = load_grammar(str(device), args.grammar)
+    if args.grammar:
+        vocabs = [base.vocab_size]
     backends = ["triton", "torch"] if device.type == "cuda" else ["torch"]
     try:
         import xgrammar  # noqa: F401

@@ -3,7 +3,7 @@ CPU fast paths of the batch masker, choosing tokens: the tokens of the reference
 work. (Masking and advancing: mask_cpu.py.)
 
 - Greedy: the first maximum of the raw row (a blocked maximum, faster than argmax) is the answer whenever it is
-  legal; only rows whose maximum is illegal pay for a masked copy (short sides, mask_cpu.py).
+  legal; only rows whose maximum is illegal pay for a masked copy (short sides, short_sides.py).
 - Sampling: the search of gumbel.py: one logsumexp pass over the logits, then the noise of the best block of
   each row (and of the few other blocks that could still win), instead of a uniform per (row, token).
 - Top-p: the nucleus from numpy's sort of the probability values (torch's CPU sort, with the indices the
@@ -70,8 +70,8 @@ def _greedy(logits: torch.Tensor, state: torch.Tensor, t: Tables, redo: list) ->
     """Greedy tokens of the rows whose answer is cheap; rows appended to redo take the reference."""
     V, width, b = t.vocab_size, logits.shape[1], state.numel()
     sides = sides_of(t)
-    group = sides.state_group.index_select(0, state)  # [b]
-    few = sides.few_legal.index_select(0, group)  # [b]
+    group = sides.groups(state.numpy())  # [b]
+    few = torch.from_numpy(sides.few_legal[group])  # [b]
     tok = torch.empty(b, dtype=torch.int64)
     keep_rows = few.nonzero()[:, 0]  # [k] rows scored over their legal tokens only
     if keep_rows.numel():
@@ -157,7 +157,8 @@ def _sampled(logits: torch.Tensor, state: torch.Tensor, keys: torch.Tensor, t: T
     lse = gumbel.block_lse(y)  # [b, nb]: NaN or +inf wherever a block holds one
     redo.append(_not_clean(lse))
     sides = sides_of(t)
-    candidate = sides.block_legal.index_select(0, sides.state_group.index_select(0, state))  # [b, nb]
+    group = sides.groups(state.numpy())  # [b] first: it may rebuild the arrays read next
+    candidate = torch.from_numpy(sides.block_legal[group])  # [b, nb]
     best, tok = _search(y, keys, gumbel.block_scores(lse, keys), candidate, _legal_at(state, t))
     return torch.where(best > NEG_INF, tok, first_legal_token(state, t))  # no legal finite logit: first legal
 

@@ -29,7 +29,7 @@ class Tables:
     class_first_token: torch.Tensor  # int64 [C]     lowest token id of each class (V for an empty class)
     done_state: int                  # absorbing state after EOS (only EOS legal)
     eos_id: int
-    sides: object | None = None      # the CPU fast paths' token lists (kernels.mask_cpu.ShortSides), built lazily
+    sides: object | None = None      # the CPU fast paths' token lists (kernels.short_sides.ShortSides), lazy
 
     @property
     def vocab_size(self) -> int:

@@ -35,22 +35,58 @@ triton = pytest.importorskip("triton")
 from batchmask.kernels import mask_triton  # noqa: E402  (after TRITON_INTERPRET is set)
 
 
-def test_short_sides_list_the_shorter_side_exactly():
+@pytest.mark.parametrize("layout", ["scattered", "contiguous"])
+def test_short_sides_list_the_shorter_side_exactly(layout):
     g = make_random_grammar(num_states=40, num_classes=12, vocab_size=900, hole_frac=0.5, seed=21)
+    if layout == "contiguous":  # each class a run of ids: whole noise blocks are illegal in many-legal states
+        g.token_class = g.token_class.sort().values
     t = tables_of(g)
     sides = mask_cpu.sides_of(t)
-    for s in range(g.num_states):
-        legal = naive_legal(g, s)
-        grp = int(sides.state_group[s])
-        start, n = int(sides.start[grp]), int(sides.length[grp])
-        listed = sides.tokens[start:start + n].tolist()
-        few = sum(legal) * 2 < g.vocab_size
-        assert bool(sides.few_legal[grp]) == few
-        expect = [v for v, ok in enumerate(legal) if ok == few]  # ascending ids of the shorter side
-        assert listed == expect, s
-        blocks = sorted({v // gumbel.NOISE_BLOCK for v, ok in enumerate(legal) if ok})
-        assert sides.block_legal[grp].nonzero()[:, 0].tolist() == blocks, s
+    assert sides.num_groups == 0  # nothing is listed before a step asks
+    order = torch.randperm(g.num_states, generator=torch.Generator().manual_seed(20))
+    for chunk in order.split(7):  # rows are listed a few at a time, as steps meet them
+        groups = sides.groups(chunk.int().numpy())
+        for s, grp in zip(chunk.tolist(), groups.tolist()):
+            legal = naive_legal(g, s)
+            start, n = int(sides.start[grp]), int(sides.length[grp])
+            listed = sides.tokens[start:start + n].tolist()
+            few = sum(legal) * 2 < g.vocab_size
+            assert bool(sides.few_legal[grp]) == few
+            expect = [v for v, ok in enumerate(legal) if ok == few]  # ascending ids of the shorter side
+            assert listed == expect, s
+            blocks = sorted({v // gumbel.NOISE_BLOCK for v, ok in enumerate(legal) if ok})
+            assert sides.block_legal[grp].nonzero()[0].tolist() == blocks, s
+    # states whose rows allow the same classes share one group, and each distinct class set has one
+    sets = {tuple((g.class_next[s] >= 0).tolist()) for s in range(g.num_states)}
+    assert sides.num_groups == len(sets) and sides.resets == 0
     assert sides.nbytes > 0
+
+
+def test_short_sides_within_a_tiny_budget_give_the_same_masks_and_tokens():
+    """A budget smaller than one step's lists: the store is emptied and refilled on (nearly) every call, and masks
+    and greedy / sampled tokens still equal the reference's; memory stays within max(budget, one call's lists)."""
+    g = make_random_grammar(num_states=60, num_classes=14, vocab_size=1000, hole_frac=0.5, seed=28)
+    t, ref = tables_of_cpu(g), tables_of_cpu(g)
+    sides = mask_cpu.sides_of(t)
+    sides.budget = 64  # bytes: 16 ids
+    gen = torch.Generator().manual_seed(29)
+    batches = [torch.randint(0, g.num_states, (10,), generator=gen).int() for _ in range(3)]
+    for step, k in enumerate([0, 1, 0, 2, 1, 0, 0]):  # batches met again after the store was emptied
+        state = batches[k]
+        logits = torch.randn(10, 1000, generator=gen)
+        a, b = logits.clone(), logits.clone()
+        assert torch.equal(mask_cpu.mask_logits_(a, state, t), mask_torch.mask_logits_(b, state, ref))
+        assert torch.equal(a, b)
+        for temperature in (0.0, 1.0):
+            got = choose_cpu.choose_tokens(logits, state, torch.full((10,), step), t, temperature, 1.0, seed=3)
+            want = mask_torch.choose_tokens(logits, state, torch.full((10,), step), ref, temperature, 1.0, seed=3)
+            assert torch.equal(got, want), (step, temperature)
+        # what stays: the row -> group map and the class layout, then at most this call's 10 groups (int32 ids,
+        # at most V / 2 each; flags, start, length, noise blocks), arrays allocated with >= 16 items
+        per_group = 1 + 8 + 8 + gumbel.num_blocks(1000)
+        fixed = sides.row_group.nbytes + 4 * 1000 + 16 * 14
+        assert sides.nbytes <= fixed + 10 * (4 * 500 + per_group) + 16 * (4 + per_group), step
+    assert sides.resets >= 3
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

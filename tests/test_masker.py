@@ -6,6 +6,7 @@ when there is no GPU -- set before triton is imported, see tests/test_kernels.py
 """
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -17,6 +18,7 @@ import importlib.util
 import pytest
 
 from batchmask.masker import BatchMasker, GrammarTableError, IllegalTokenError
+from batchmask.next_codes import decode_next
 from tests.grammar_fixtures import make_loop_grammar, make_random_grammar
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -298,6 +300,44 @@ def test_bad_backend_and_tables():
     g.class_next[3, 2] = g.num_states  # points past the last state
     with pytest.raises(GrammarTableError, match=r"class_next values must be in \[-1, 40\)"):
         BatchMasker(g, 2)
+
+
+@pytest.mark.parametrize("dtype", [torch.int16, torch.int32])
+def test_factored_tables_refused_where_a_code_leaves_the_states(dtype):
+    """The factored check against the decoded [S, C] table: a table is refused exactly when some state's next
+    state is >= S (absolute codes in any row; a relative code by the highest state reading its row), rows in
+    either of the blocks the CPU check reads at a time."""
+    S, R, C, V = 700, 600, 500, 600
+    gen = torch.Generator().manual_seed(30)
+    base = torch.randint(-1, 200, (R, C), generator=gen)
+    state_row = torch.cat([torch.arange(R), torch.randint(0, R, (S - R,), generator=gen)])  # every row used
+
+    def build(row_next):
+        g = SimpleNamespace(token_class=torch.arange(V) % C, state_row=state_row, row_next=row_next.to(dtype),
+                            legal_count=torch.ones(S, dtype=torch.int32), start=0, done_state=S - 1, eos_id=0,
+                            vocab_size=V)
+        return BatchMasker(g, 1)
+
+    def highest_state(row):
+        return int((state_row == row).nonzero().max())
+
+    cases = [(599, S - 1), (599, S), (3, S), (3, S - 1)]  # absolute codes, in both blocks of rows
+    for r in (5, 598):  # relative moves to the last state from the highest state reading the row, then past it
+        cases += [(r, -2 - (S - 1 - highest_state(r))), (r, -2 - (S - highest_state(r)))]
+    refused = []
+    for r, code in cases:
+        rows = base.clone()
+        rows[r, 7] = code
+        expect_ok = int(decode_next(rows[state_row], torch.arange(S)[:, None]).max()) < S
+        try:
+            build(rows)
+            refused.append(False)
+        except GrammarTableError as e:
+            assert "row_next values must be in [-1, 700)" in str(e)
+            refused.append(True)
+        assert refused[-1] == (not expect_ok), (r, code)
+    assert refused == [False, True, True, False, False, True, False, True]
+    build(base)
 
 
 def test_int32_tables_work_like_int16():
