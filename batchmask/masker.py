@@ -272,21 +272,37 @@ def _load_kernels(backend: str):
     return mask_triton
 
 
-def _row_min_and_max(row_next: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """(int64 [R] each row's lowest code, the highest code) of row_next [R, C]. On the CPU both come from one
-    read of the table, a block of rows at a time while it is in cache (a combined table is ~170 MB; two full
-    reductions cost twice the memory traffic, and torch's fused aminmax was slower still)."""
+def _range(x: torch.Tensor) -> tuple[int, int]:
+    """(min, max) of a tensor; numpy on the CPU (torch's threaded reductions of these small tensors wait on a
+    busy core: milliseconds each)."""
+    if x.device.type == "cpu":
+        a = x.numpy()
+        return int(a.min()), int(a.max())
+    return int(x.min()), int(x.max())
+
+
+def _highest_next(row_next: torch.Tensor, state_row: torch.Tensor) -> int:
+    """The highest decoded next state of a factored table: the highest absolute code in any row, and per state
+    the target of its row's lowest relative code (the target grows with the state). O(R*C + S), never the
+    decoded [S, C] (a combined table of many grammars has a million states). On the CPU the rows' minima and the
+    maximum come from one read of row_next, a block of rows at a time while it is in cache (a combined table
+    is ~170 MB: two full reductions cost twice the memory traffic; torch's fused aminmax was slower still)."""
     if row_next.device.type != "cpu":
-        return row_next.amin(1).long(), int(row_next.amax())
+        row_lo = row_next.amin(1).long().index_select(0, state_row.long())  # [S]
+        states = torch.arange(state_row.numel(), device=row_next.device)
+        jump = torch.where(row_lo <= -2, states - 2 - row_lo, -1)  # [S]
+        return max(int(row_next.amax()), int(jump.max()))
     a = row_next.numpy()
     lo = np.empty(a.shape[0], dtype=a.dtype)  # [R]
-    hi = np.iinfo(a.dtype).min
+    hi = -1
     step = max(1, (1 << 18) // max(1, a.shape[1]))  # rows per block: ~1 MB of int32
     for r in range(0, a.shape[0], step):
         block = a[r:r + step]
         np.min(block, axis=1, out=lo[r:r + step])
         hi = max(hi, int(block.max()))
-    return torch.from_numpy(lo).long(), hi
+    lo_s = lo[state_row.numpy()].astype(np.int64)  # [S]
+    jump = np.where(lo_s <= -2, np.arange(lo_s.size) - 2 - lo_s, -1)  # [S]
+    return max(hi, int(jump.max()))
 
 
 def _device_tables(grammar, device: torch.device) -> Tables:
@@ -313,21 +329,16 @@ def _device_tables(grammar, device: torch.device) -> Tables:
         raise GrammarTableError(f"token_class must be [{grammar.vocab_size}], got {list(token_class.shape)}")
     if legal_count.shape != (S,):
         raise GrammarTableError(f"legal_count must be [{S}] (one per state), got {list(legal_count.shape)}")
-    lo, hi = int(token_class.min()), int(token_class.max())
+    lo, hi = _range(token_class)
     if lo < 0 or hi >= C:
         raise GrammarTableError(f"token_class values must be in [0, {C}), got [{lo}, {hi}]")
     if state_row is not None:
-        if state_row.shape != (S,) or int(state_row.min()) < 0 or int(state_row.max()) >= R:
+        row_range = _range(state_row) if state_row.shape == (S,) else (-1, -1)
+        if not 0 <= row_range[0] <= row_range[1] < R:
             raise GrammarTableError(f"state_row must be [{S}] with values in [0, {R})")
-        # the highest next state: the highest absolute code anywhere, and per state the target of its row's
-        # lowest relative code (it grows with the state). O(R*C + S), never the decoded [S, C] (a combined
-        # table of many grammars has a million states)
-        row_lo, code_hi = _row_min_and_max(row_next)  # int64 [R], int
-        sr = state_row.long()
-        jump = torch.where(row_lo.index_select(0, sr) <= -2, torch.arange(S, device=device) - 2 - row_lo[sr], -1)
-        lo, hi = -1, max(code_hi, int(jump.max()))  # decoded codes are >= -1
+        lo, hi = -1, _highest_next(row_next, state_row)  # decoded codes are >= -1
     else:
-        lo, hi = int(row_next.min()), int(row_next.max())
+        lo, hi = _range(row_next)
     if lo < -1 or hi >= S:
         raise GrammarTableError(f"{name} values must be in [-1, {S}), got [{lo}, {hi}]")
     for attr in ("start", "done_state"):
