@@ -32,7 +32,12 @@ def _device(name: str | None):
     import torch
     if name in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(name)
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda"):  # torch knows meta, mps, xla...: none runs this model here
+        raise ValueError(f"--device {name}: expected auto, cpu, cuda or cuda:N")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"--device {name}: CUDA is not available on this machine")
     return dev
@@ -59,6 +64,8 @@ def resolve_model_paths(checkpoint, tokenizer_path) -> tuple[Path, Path]:
             raise ValueError(f"the embedded default model is missing ({checkpoint}); pass --checkpoint")
     from batchmask.models.hf import hf_directory, resolve_checkpoint
     checkpoint = resolve_checkpoint(checkpoint)  # a hub id ORG/NAME -> its local snapshot directory
+    if not Path(checkpoint).exists():                # before looking for a tokenizer beside it
+        raise ValueError(f"checkpoint not found: {checkpoint}")
     if tokenizer_path is None and hf_directory(checkpoint) is not None:
         tokenizer_path = hf_directory(checkpoint)  # a HF model directory holds its own tokenizer files
     if tokenizer_path is None:
@@ -386,6 +393,7 @@ def main(argv=None) -> int:
     """
     if argv is None:
         interrupts.install_for_program()
+    args = None
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)
@@ -394,6 +402,16 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         interrupts.say_interrupted()
         return 130
+    except BrokenPipeError:                    # `batchmask generate ... | head`: the reader left; not an error
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at interpreter exit
+        except OSError:
+            pass
+        return 141                             # 128 + SIGPIPE, as a shell reports it
+    except MemoryError:                        # e.g. a grammar too large to build: one line, not a traceback
+        print(f"batchmask: error: out of memory in `batchmask {getattr(args, 'command', '')}` (a smaller grammar, "
+              "batch or context needs less)", file=sys.stderr)
+        return 2
     except (ValueError, OSError, RuntimeError) as e:
         if os.environ.get("BATCHMASK_DEBUG"):
             raise

@@ -100,6 +100,20 @@ def _json_object(line: str):
     return obj if isinstance(obj, dict) else None
 
 
+def _refuse_json_document(text: str, name: str) -> None:
+    """A file that is one JSON object or array (a tools file, a pretty-printed task list) is no task file: read as
+    lines, each fragment of it would become a task."""
+    if text.lstrip()[:1] not in ("{", "["):
+        return
+    try:
+        doc = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return
+    kind = "object" if isinstance(doc, dict) else "array"
+    raise RunFileError(f"{name}: the whole file is one JSON {kind}, not a tasks file (text: one task per line; "
+                       "JSONL: one {\"task\": ...} object per line); --tasks-format text reads its lines as tasks")
+
+
 def read_tasks(path: str, fmt: str = "auto") -> TaskFile:
     """Read a task file ('-' is stdin). fmt "auto": JSONL when the first non-blank line is a JSON object, and
     then every non-blank line must be one; otherwise one task per line. "text"/"jsonl" force either."""
@@ -127,6 +141,7 @@ def read_tasks(path: str, fmt: str = "auto") -> TaskFile:
     if fmt == "auto":
         fmt = "jsonl" if _json_object(lines[0][1]) is not None else "text"
         if fmt == "text":
+            _refuse_json_document(text, name)
             # a JSONL file whose first line is broken must not silently become plain tasks
             for n, ln in lines[1:]:
                 obj = _json_object(ln)

@@ -20,6 +20,13 @@ CONTAINERS = {"$defs", "definitions"}
 SUPPORTED = GENERAL.union(*KEYWORDS.values())
 
 
+# Ceilings on explicit bounds (the grammar grows linearly with each; maxLength 10^8 took all memory): a larger
+# maxLength / maxItems (or pattern repeat) is lowered to the ceiling, which keeps every value valid; a minimum
+# above it is refused. LENGTH_CEILING matches --max-string's maximum (batchmask/limits.py MAX_STRING).
+LENGTH_CEILING = 65536   # characters of one string
+ITEMS_CEILING = 1024     # items of one array
+
+
 class SchemaError(RegistryError):
     """A schema (or one tool's parameters) outside the supported subset, or one no value satisfies."""
 

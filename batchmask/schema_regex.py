@@ -19,6 +19,7 @@ writes it (schema_strings.char_node), so the body is valid JSON string content.
 from __future__ import annotations
 
 from .grammar import JsonStr, Node, Repeat
+from .schema_base import LENGTH_CEILING
 from .schema_nodes import EMPTY, alt, seq
 from .schema_strings import char_node, complement
 
@@ -137,7 +138,8 @@ class _Parser:
             close = self.s.find("}", self.i)
             body = self.s[self.i:close] if close >= 0 else ""
             lo_s, comma, hi_s = body.partition(",")
-            if close < 0 or not lo_s.isdigit() or (hi_s and not hi_s.isdigit()):
+            digits = lo_s.isascii() and lo_s.isdigit() and (not hi_s or (hi_s.isascii() and hi_s.isdigit()))
+            if close < 0 or not digits:
                 self.fail("'{' must start a quantifier {m}, {m,} or {m,n} (write \\{ for the character)", start)
             self.i = close + 1
             m = int(lo_s)
@@ -153,6 +155,11 @@ class _Parser:
         node, lo, hi = part
         if n == 0:
             return EMPTY, 0, 0
+        if lo * m > LENGTH_CEILING:
+            self.fail(f"a match needs at least {lo * m} characters, above the supported maximum {LENGTH_CEILING}",
+                      start)
+        if hi * n > LENGTH_CEILING:     # fewer repetitions: every match still matches; 10^8 of them cannot be held
+            n = max(m, LENGTH_CEILING // max(hi, 1))
         return (node if (m, n) == (1, 1) else Repeat(node, m, n)), lo * m, hi * n
 
     # --- characters -----------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from dataclasses import replace
 from fractions import Fraction
 
 from .grammar import JsonStr, Node, Repeat
-from .schema_base import Ctx, Empty, count
+from .schema_base import ITEMS_CEILING, LENGTH_CEILING, Ctx, Empty, count
 from .schema_base import ptr as jp
 from .schema_nodes import alt, lit, opt, seq
 from .schema_numbers import integer_node, number_node
@@ -20,7 +20,11 @@ def _string(schema: dict, ptr: str, ctx: Ctx) -> Node:
     o = ctx.options
     lo = count(schema, "minLength", ptr, ctx) or 0
     hi = count(schema, "maxLength", ptr, ctx)
+    if lo > LENGTH_CEILING:
+        ctx.fail(jp(ptr, "minLength"), f"minLength {lo} is above the supported maximum {LENGTH_CEILING}")
     given_hi = hi is not None
+    if given_hi:
+        hi = min(hi, LENGTH_CEILING)        # longer strings stay valid; the grammar cannot hold 10^8 positions
     if hi is None:
         hi = max(o.max_string_length, lo)
     if lo > hi:
@@ -115,6 +119,10 @@ def _array(schema: dict, ptr: str, ctx: Ctx) -> Node:
     inner = _enter(ptr, ctx)
     lo = count(schema, "minItems", ptr, ctx) or 0
     hi = count(schema, "maxItems", ptr, ctx)
+    if lo > ITEMS_CEILING:
+        ctx.fail(jp(ptr, "minItems"), f"minItems {lo} is above the supported maximum {ITEMS_CEILING}")
+    if hi is not None:
+        hi = min(hi, ITEMS_CEILING)         # shorter arrays stay valid
     unique = schema.get("uniqueItems", False)
     if not isinstance(unique, bool):
         ctx.fail(jp(ptr, "uniqueItems"), f"'uniqueItems' must be true or false, got {unique!r}")

@@ -332,7 +332,20 @@ def write_checkpoint(path, config: ModelConfig, weights: dict[str, torch.Tensor]
     _check_weights(path, config, weights)
     c = config
     params = (c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.seq_len)
+    if Path(path).is_dir():
+        raise CheckpointError(path, "file", "a checkpoint file to write", "a directory")
     tmp = Path(str(path) + ".tmp")
+    try:
+        used_group_size = _write_body(tmp, config, weights, version, group_size, params)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)                # a failed or interrupted write leaves nothing behind
+        raise
+    return used_group_size
+
+
+def _write_body(tmp: Path, config: ModelConfig, weights: dict, version: int, group_size: int, params) -> int | None:
+    c = config
     used_group_size = None
     with open(tmp, "wb") as f:
         if version == 0:
@@ -364,7 +377,6 @@ def write_checkpoint(path, config: ModelConfig, weights: dict[str, torch.Tensor]
                     for tensor in weights[name].reshape(count, each):  # one layer at a time
                         q, scale = quantize_q80(tensor, used_group_size)
                         f.write(q.numpy().tobytes() + _f32_bytes(scale))
-    os.replace(tmp, path)
     return used_group_size
 
 

@@ -14,6 +14,7 @@ Reading validates IN fully (NaN/Inf weights included); writing goes to a tempora
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from .checkpoint import CheckpointError, read_checkpoint, write_checkpoint
@@ -46,6 +47,8 @@ def main(argv=None) -> int:
     try:
         if args.max_context is not None and args.max_context <= 0:
             raise ValueError(f"--max-context must be a positive integer, got {args.max_context}")
+        if os.path.exists(args.dst) and os.path.exists(args.src) and os.path.samefile(args.src, args.dst):
+            raise ValueError(f"{args.dst}: the output is the input checkpoint; write the conversion elsewhere")
         config, weights = read_any(args.src, args.max_context)
         used = write_checkpoint(args.dst, config, weights, version=args.version, group_size=args.group_size)
     except (CheckpointError, OSError, ValueError) as e:

@@ -67,9 +67,14 @@ def hf_directory(path) -> Path | None:
         head = f.read(9)
     if head[:1] == b"{" and p.stat().st_size < 64 << 20:  # config.json / the index: small JSON files
         try:
-            json.loads(p.read_text(encoding="utf-8"))
+            doc = json.loads(p.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError):
             return None
+        if not (p.parent / "config.json").is_file():  # a JSON file of some other kind, alone
+            tokenizer = isinstance(doc, dict) and isinstance(doc.get("model"), dict) and "added_tokens" in doc
+            raise CheckpointError(p, "file", "a llama2.c checkpoint or a Hugging Face model directory (or its "
+                                  "config.json)", "a tokenizer.json (pass it as --tokenizer)" if tokenizer
+                                  else "a JSON file with no config.json beside it")
         return p.parent  # config.json or the shard index
     if len(head) == 9 and head[8:9] == b"{" and struct.unpack("<Q", head[:8])[0] < p.stat().st_size:
         return p.parent  # a safetensors file: 8-byte header length, then the JSON header

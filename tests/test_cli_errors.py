@@ -1,0 +1,146 @@
+"""Bad input a new user gives the CLI and the converter: one clear line, exit 2, no file touched (QA findings)."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from batchmask.models.checkpoint import ModelConfig, random_weights, write_checkpoint
+from batchmask.models.export import main as export_main
+from batchmask.models.tokenizer import load_tokenizer
+
+from batchmask import cli, compile_json_schema
+from batchmask.cli import main
+from batchmask.schema import SchemaError
+from batchmask.schema_base import ITEMS_CEILING, LENGTH_CEILING
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+
+
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    return err[0]
+
+
+@pytest.fixture
+def one_task(tmp_path) -> Path:
+    p = tmp_path / "tasks.txt"
+    p.write_text("what is 2+2\n")
+    return p
+
+
+# --- the CLI ------------------------------------------------------------------------------------
+def test_missing_checkpoint_is_named(one_task, capsys):
+    # it used to say "no --tokenizer given and no tokenizer.model/.bin beside nope.bin"
+    assert main(["generate", "--tasks", str(one_task), "--checkpoint", str(one_task.parent / "nope.bin")]) == 2
+    assert "checkpoint not found" in _one_error_line(capsys)
+
+
+@pytest.mark.parametrize("device", ["tpu", "meta"])
+def test_unknown_device(one_task, capsys, device):
+    assert main(["generate", "--tasks", str(one_task), "--device", device, "--quiet"]) == 2
+    assert f"--device {device}: expected" in _one_error_line(capsys)
+
+
+def test_tokenizer_json_as_checkpoint(tmp_path, one_task, capsys):
+    tj = tmp_path / "tok" / "tokenizer.json"
+    tj.parent.mkdir()
+    shutil.copy(SHARED / "gpt2" / "tokenizer.json", tj)
+    assert main(["generate", "--tasks", str(one_task), "--checkpoint", str(tj), "--quiet"]) == 2
+    line = _one_error_line(capsys)
+    assert str(tj) in line and "--tokenizer" in line            # not "config.json: found nothing at this path"
+    other = tmp_path / "tok" / "notes.json"
+    other.write_text('{"a": 1}')
+    assert main(["generate", "--tasks", str(one_task), "--checkpoint", str(other), "--quiet"]) == 2
+    assert "no config.json beside it" in _one_error_line(capsys)
+
+
+def test_a_json_document_is_not_a_tasks_file(tmp_path, capsys):
+    tools = tmp_path / "tools.json"                              # a pretty-printed tools file given as --tasks
+    shutil.copy(SHARED / "tools" / "agent_tools.json", tools)
+    assert main(["generate", "--tasks", str(tools), "--quiet"]) == 2
+    assert "one JSON object" in _one_error_line(capsys)
+    arr = tmp_path / "tasks.json"
+    arr.write_text('["read a.txt", "add 1 and 2"]\n')
+    assert main(["generate", "--tasks", str(arr), "--quiet"]) == 2
+    assert "one JSON array" in _one_error_line(capsys)
+    from batchmask.runfiles import read_tasks
+    assert read_tasks(str(arr), "text").tasks == ['["read a.txt", "add 1 and 2"]']   # forcing text still reads it
+
+
+def test_broken_pipe_is_quiet(monkeypatch, capsys):
+    def gone(args):
+        raise BrokenPipeError(32, "Broken pipe")
+    monkeypatch.setattr(cli, "cmd_generate", gone)   # `batchmask generate ... | head`: the reader left early
+    assert main(["generate", "--tasks", "x"]) == 141
+    assert capsys.readouterr().err == ""
+
+
+def test_memory_error_is_one_line(monkeypatch, capsys):
+    def huge(args):
+        raise MemoryError
+    monkeypatch.setattr(cli, "cmd_compile", huge)
+    assert main(["compile"]) == 2
+    assert "out of memory" in _one_error_line(capsys)
+
+
+# --- the converter ------------------------------------------------------------------------------
+@pytest.fixture
+def small_checkpoint(tmp_path) -> Path:
+    config = ModelConfig(dim=16, hidden_dim=32, n_layers=1, n_heads=2, n_kv_heads=2, vocab_size=300, seq_len=32)
+    p = tmp_path / "m.bin"
+    write_checkpoint(p, config, random_weights(config, seed=0))
+    return p
+
+
+def test_export_onto_itself_is_refused(small_checkpoint, capsys):
+    before = small_checkpoint.read_bytes()
+    assert export_main([str(small_checkpoint), str(small_checkpoint), "--version", "1"]) == 2
+    assert "is the input checkpoint" in capsys.readouterr().err
+    assert small_checkpoint.read_bytes() == before
+
+
+def test_export_into_a_directory_leaves_nothing(small_checkpoint, tmp_path, capsys):
+    d = tmp_path / "out"
+    d.mkdir()
+    assert export_main([str(small_checkpoint), str(d), "--version", "1"]) == 2
+    assert "a directory" in capsys.readouterr().err
+    assert not Path(str(d) + ".tmp").exists() and list(d.iterdir()) == []
+
+
+# --- schema bounds too large to hold ------------------------------------------------------------
+@pytest.fixture(scope="module")
+def default_tok():
+    return load_tokenizer(cli.DEFAULT_DIR / "tokenizer.model")
+
+
+def _same_grammar(a, b) -> bool:
+    return (a.num_states, a.num_rows, a.num_classes) == (b.num_states, b.num_rows, b.num_classes) \
+        and bool((a.row_next == b.row_next).all()) and bool((a.token_class == b.token_class).all())
+
+
+def test_huge_max_length_is_lowered_to_the_ceiling(default_tok):
+    # maxLength 10^8 used to exhaust memory (a string of every length up to it); every string the ceiling
+    # allows is still valid, so the grammar is the ceiling's
+    huge = compile_json_schema({"type": "string", "maxLength": 10 ** 8}, default_tok)
+    capped = compile_json_schema({"type": "string", "maxLength": LENGTH_CEILING}, default_tok)
+    assert _same_grammar(huge, capped)
+    with pytest.raises(SchemaError, match=r"#/minLength: minLength 100000 is above the supported maximum"):
+        compile_json_schema({"type": "string", "minLength": 100000}, default_tok)
+
+
+def test_huge_max_items_and_repeats(default_tok):
+    item = {"type": "integer", "minimum": 0, "maximum": 9}
+    huge = compile_json_schema({"type": "array", "items": item, "maxItems": 10 ** 8}, default_tok)
+    capped = compile_json_schema({"type": "array", "items": item, "maxItems": ITEMS_CEILING}, default_tok)
+    assert _same_grammar(huge, capped)
+    with pytest.raises(SchemaError, match=r"#/minItems: minItems 2000 is above"):
+        compile_json_schema({"type": "array", "items": item, "minItems": 2000}, default_tok)
+    rep = compile_json_schema({"type": "string", "pattern": "^a{0,100000000}$"}, default_tok)
+    assert _same_grammar(rep, compile_json_schema({"type": "string", "pattern": f"^a{{0,{LENGTH_CEILING}}}$"},
+                                                  default_tok))
+    with pytest.raises(SchemaError, match=r"at least 100000 characters"):
+        compile_json_schema({"type": "string", "pattern": "^a{100000}$"}, default_tok)
+    with pytest.raises(SchemaError, match=r"must start a quantifier"):   # int('²') raised a bare ValueError
+        compile_json_schema({"type": "string", "pattern": "^a{²}$"}, default_tok)
