@@ -215,11 +215,17 @@ def _pieces(name, model, model_type, added_tokens):
     for k, t in enumerate(added_tokens):
         if not (isinstance(t, dict) and isinstance(t.get("id"), int) and isinstance(t.get("content"), str)):
             raise TokenizerError(f"{name}: added_tokens[{k}] needs an integer \"id\" and a string \"content\"")
+        if isinstance(t["id"], bool) or t["id"] < 0:
+            raise TokenizerError(f"{name}: added_tokens[{k}] ({t['content']!r:.40}) has id {t['id']!r}, not a token id")
         added.append((t["id"], t["content"], bool(t.get("special"))))
     ids = np.fromiter(vocab.values(), dtype=np.int64, count=len(vocab))  # [n] in file order
     V = int(max(ids.max(initial=-1), max((i for i, _, _ in added), default=-1))) + 1
     if len(ids) and ids.min() < 0:
         raise TokenizerError(f"{name}: model.vocab has a negative id ({int(ids.min())})")
+    defined = len(ids) + len(added)
+    if V - defined > max(1024, defined):    # a stray id of 10^8 would size every per-token table by it
+        raise TokenizerError(f"{name}: ids run to {V - 1} but only {defined} tokens are defined (in model.vocab "
+                             "and added_tokens); the ids between have no token")
     if np.array_equal(ids, np.arange(len(ids))):  # the usual case: the file lists the vocabulary in id order
         pieces = list(vocab) + [None] * (V - len(ids))
     else:

@@ -144,3 +144,16 @@ def test_huge_max_items_and_repeats(default_tok):
         compile_json_schema({"type": "string", "pattern": "^a{100000}$"}, default_tok)
     with pytest.raises(SchemaError, match=r"must start a quantifier"):   # int('²') raised a bare ValueError
         compile_json_schema({"type": "string", "pattern": "^a{²}$"}, default_tok)
+
+
+# --- tokenizer.json ids far past its tokens -----------------------------------------------------
+def test_stray_added_token_id_is_refused(tmp_path, capsys):
+    import json
+    spec = json.loads((SHARED / "gpt2" / "tokenizer.json").read_text(encoding="utf-8"))
+    stray = dict(spec["added_tokens"][0], id=10 ** 8, content="<stray>")
+    spec["added_tokens"].append(stray)       # every per-token table would have had 10^8 entries (out of memory)
+    p = tmp_path / "tokenizer.json"
+    p.write_text(json.dumps(spec), encoding="utf-8")
+    assert main(["compile", "--tokenizer", str(p)]) == 2
+    line = _one_error_line(capsys)
+    assert str(p) in line and "ids run to 100000000" in line
