@@ -114,7 +114,9 @@ class ModelConfig:
             raise CheckpointError(path, "n_kv_heads", f"a divisor of n_heads={self.n_heads}", self.n_kv_heads)
         if self.head_dim <= 0 or self.head_dim % 2:
             # RoPE rotates (even, odd) pairs inside each head
-            raise CheckpointError(path, "dim", "dim / n_heads to be even (RoPE rotates pairs)",
+            explicit = bool(self.head_size)      # HF's head_dim, given beside hidden_size
+            raise CheckpointError(path, "head_size" if explicit else "dim",
+                                  f"{'head_dim' if explicit else 'dim / n_heads'} to be even (RoPE rotates pairs)",
                                   f"dim={self.dim}, n_heads={self.n_heads}, head_dim={self.head_dim}")
         if not (math.isfinite(self.norm_eps) and self.norm_eps > 0):
             raise CheckpointError(path, "norm_eps", "a positive finite number", self.norm_eps)

@@ -33,7 +33,7 @@ MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "num_exper
 # ModelConfig field -> the config.json field it comes from (for messages)
 HF_NAMES = {"dim": "hidden_size", "hidden_dim": "intermediate_size", "n_layers": "num_hidden_layers",
             "n_heads": "num_attention_heads", "n_kv_heads": "num_key_value_heads", "vocab_size": "vocab_size",
-            "seq_len": "max_position_embeddings", "norm_eps": "rms_norm_eps"}
+            "seq_len": "max_position_embeddings", "norm_eps": "rms_norm_eps", "head_size": "head_dim"}
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,8 @@ def _get(cfg: dict, path, field: str, kind, default=None, required: bool = False
     """cfg[field] checked against `kind` (int: a positive int; float: a number; bool; str), or default."""
     if field not in cfg or cfg[field] is None:
         if required:
-            raise CheckpointError(path, field, f"a {kind.__name__} (the field is required)", "no such field")
+            raise CheckpointError(path, field, f"{'an integer' if kind is int else 'a ' + kind.__name__} (the field is "
+                                  "required)", "no such field")
         return default
     value = cfg[field]
     if kind is int:
@@ -82,7 +83,9 @@ def _architecture(cfg: dict, path) -> str:
     if archs is None and cfg.get("model_type") in MODEL_TYPES:
         return MODEL_TYPES[cfg["model_type"]]
     if not isinstance(archs, list) or len(archs) != 1 or archs[0] not in ARCHITECTURES:
-        raise CheckpointError(path, "architectures", f"one of {', '.join(ARCHITECTURES)}", repr(archs))
+        raise CheckpointError(path, "architectures", f"one of {', '.join(ARCHITECTURES)}",
+                              repr(archs) if archs is not None else
+                              f"no such field (and model_type {cfg.get('model_type')!r} names none of them)")
     return archs[0]
 
 

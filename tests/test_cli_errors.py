@@ -157,3 +157,26 @@ def test_stray_added_token_id_is_refused(tmp_path, capsys):
     assert main(["compile", "--tokenizer", str(p)]) == 2
     line = _one_error_line(capsys)
     assert str(p) in line and "ids run to 100000000" in line
+
+
+# --- config.json fields named in config.json's words --------------------------------------------
+def _llama_config(**changes) -> dict:
+    from transformers import LlamaConfig
+    cfg = LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64).to_dict()
+    cfg["architectures"] = ["LlamaForCausalLM"]
+    cfg.update(changes)
+    return {k: v for k, v in cfg.items() if v is not ...}
+
+
+@pytest.mark.parametrize("changes, field, words", [
+    ({"head_dim": 7}, "head_dim", "head_dim to be even"),                 # it blamed hidden_size
+    ({"architectures": ..., "model_type": "gpt_neox"}, "architectures", "no such field (and model_type 'gpt_neox'"),
+    ({"vocab_size": ...}, "vocab_size", "expected an integer (the field is required)"),
+])
+def test_hf_config_fields_are_named(changes, field, words):
+    from batchmask.models.config import CheckpointError
+    from batchmask.models.hf_config import parse_hf_config
+    with pytest.raises(CheckpointError) as e:
+        parse_hf_config(_llama_config(**changes), "m/config.json", 64)
+    assert e.value.field == field and words in str(e.value)
