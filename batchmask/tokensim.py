@@ -229,20 +229,22 @@ def _skips(vt: ValueType, flat: np.ndarray):
     first position >= p whose byte is not one of them.
     """
     N1 = len(flat)
-    pos = np.arange(N1)
-    rows, incs = [pos], [0]
     row_of = np.zeros(vt.num_substates, dtype=np.int64)
+    incs = [0]
     for q in range(vt.num_substates):
         loop = vt.table[q] == q
-        if loop.sum() < 8 or len(set(vt.inc[q][loop].tolist())) != 1:
-            continue
-        breaks = ~loop[flat]
+        if loop.sum() >= 8 and len(set(vt.inc[q][loop].tolist())) == 1:
+            row_of[q] = len(incs)
+            incs.append(int(vt.inc[q][loop][0]))
+    # int32 positions, each row written in place: no [R, N+1] int64 stack to copy
+    skip_to = np.empty((len(incs), N1), dtype=np.int32)
+    pos = np.arange(N1, dtype=np.int32)
+    skip_to[0] = pos
+    for q in np.flatnonzero(row_of):
+        breaks = ~(vt.table[q] == q)[flat]
         breaks[-1] = True                                            # the pad byte
-        first_break = np.minimum.accumulate(np.where(breaks, pos, N1)[::-1])[::-1]
-        row_of[q] = len(rows)
-        rows.append(first_break)
-        incs.append(int(vt.inc[q][loop][0]))
-    return row_of, np.stack(rows), np.array(incs, dtype=np.int64)
+        np.minimum.accumulate(np.where(breaks, pos, np.int32(N1))[::-1], out=skip_to[row_of[q]][::-1])
+    return row_of, skip_to, np.array(incs, dtype=np.int64)
 
 
 def _signature(vt: ValueType, vocab: FlatVocab) -> Signature:
