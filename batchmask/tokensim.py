@@ -298,26 +298,31 @@ def _signature(vt: ValueType, vocab: FlatVocab) -> Signature:
         if ended.any():
             finish(ended, STAYS, np.full(int(ended.sum()), -1))
             st = st[:, ~ended]
-    fin = torch.as_tensor(np.concatenate(done, 1) if done else np.zeros((5, 0), dtype=np.int64), device=dev)
-    ids = fin[0]
+    # Dense [Q, V] fields from the sparse outcomes, on the host: a cell no pair reached died.
+    pid, code, units_f, q_f, pos_f = np.concatenate(done, 1) if done else np.zeros((5, 0), dtype=np.int64)
 
-    def spread(r: int, fill: int) -> torch.Tensor:
-        return torch.full((Q * V,), fill, dtype=torch.int64, device=dev).index_copy_(0, ids, fin[r]).view(Q, V)
-    out, units, q_end, stop_pos = spread(1, DIES), spread(2, 0), spread(3, -1), spread(4, -1)
+    def spread(values: np.ndarray, fill: int) -> np.ndarray:
+        a = np.full(Q * V, fill, dtype=np.int64)
+        a[pid] = values
+        return a.reshape(Q, V)
+    out, units, q_end = spread(code, DIES), spread(units_f, 0), spread(q_f, -1)
     # the distinct (token, stop position) events
-    qi, ti = torch.nonzero(out == STOPS, as_tuple=True)
-    pair = ti * (vocab.max_len + 1) + stop_pos[qi, ti]
-    uniq, ev_index = torch.unique(pair, return_inverse=True)
-    ev_of = torch.full((Q, V), -1, dtype=torch.int64, device=dev)
-    ev_of[qi, ti] = ev_index
-    ev_tok, ev_pos = uniq // (vocab.max_len + 1), uniq % (vocab.max_len + 1)
+    stop = code == STOPS
+    qi, ti = np.divmod(pid[stop], V)
+    uniq, ev_index = np.unique(ti * (vocab.max_len + 1) + pos_f[stop], return_inverse=True)
+    ev_of = np.full(Q * V, -1, dtype=np.int64)
+    ev_of[pid[stop]] = ev_index
+    ev_tok, ev_pos = (torch.from_numpy(x).to(dev) for x in np.divmod(uniq, vocab.max_len + 1))
     ev_byte = vocab.flat[vocab.offset[ev_tok] + ev_pos]
-    # one number per (token, sub-state): outcome, units, end sub-state, stop position
+    # one number per (token, sub-state): outcome, units, end sub-state, stop position; 0 for a
+    # cell that dies, so only the reached cells are written, straight into [V, Q] order
     L = vocab.max_len + 2
-    packed = out * L                                                                 # [Q, V]
-    packed.add_(units).mul_(Q + 1).add_(q_end).add_(1).mul_(L).add_(stop_pos).add_(1)    # in place: no temporaries
-    sig_id = classes_of(packed.T.contiguous())[0]
-    reach = torch.where(out != DIES, units, 0).amax(1)
+    packed = np.zeros(V * Q, dtype=np.int64)
+    packed[(pid % V) * Q + pid // V] = ((code * L + units_f) * (Q + 1) + q_f + 1) * L + pos_f + 1
+    sig_id = classes_of(torch.from_numpy(packed.reshape(V, Q)).to(dev))[0]
+    reach = units.max(1, initial=0)                  # units are 0 where a token dies
+    out, units, q_end, ev_of, reach = (torch.from_numpy(x).to(dev) for x in (out, units, q_end, ev_of.reshape(Q, V),
+                                                                             reach))
     return Signature(out, units, q_end, ev_of, ev_tok, ev_pos, ev_byte, sig_id, reach)
 
 
