@@ -235,8 +235,28 @@ def _generate(args, dist, taskfile, output) -> int:
     return 0
 
 
+def check_output_file(path, flag: str, inputs: dict) -> None:
+    """An output path (`compile --out`, `ablate --json`) checked before any work: a directory, a missing folder or
+    one of the command's own input files (writing would destroy it) is refused, naming the flag."""
+    if path is None:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"{flag} {p}: is a directory")
+    if not p.parent.is_dir():
+        raise ValueError(f"{flag} {p}: the directory {p.parent} does not exist")
+    for name, value in inputs.items():
+        try:
+            same = value is not None and p.exists() and os.path.samefile(p, value)
+        except OSError:
+            same = False
+        if same:
+            raise ValueError(f"{flag} {p} is the {name} file; write it elsewhere")
+
+
 def cmd_ablate(args) -> int:
     from .ablation import run_ablation
+    check_output_file(args.json, "--json", {"--checkpoint": args.checkpoint, "--tokenizer": args.tokenizer})
     device = _device(args.device)
     model, tokenizer = load_model_and_tokenizer(args.checkpoint, args.tokenizer, device, _dtype(args.dtype, device),
                                                 args.max_context, args.eos_id)
@@ -258,6 +278,7 @@ def cmd_compile(args) -> int:
     tok_path = args.tokenizer or (DEFAULT_DIR / "tokenizer.model")
     if not Path(tok_path).exists():
         raise ValueError(f"tokenizer not found: {tok_path}")
+    check_output_file(args.out, "--out", {"--tools": args.tools, "--tokenizer": tok_path})
     tokenizer = load_tokenizer(tok_path, eos_id=args.eos_id)
     t = time.perf_counter()
     g = compile_grammar(registry, tokenizer, format=args.format, max_string=args.max_string, utf8=not args.bytes,

@@ -180,3 +180,25 @@ def test_hf_config_fields_are_named(changes, field, words):
     with pytest.raises(CheckpointError) as e:
         parse_hf_config(_llama_config(**changes), "m/config.json", 64)
     assert e.value.field == field and words in str(e.value)
+
+
+# --- output paths of compile and ablate, checked before any work ---------------------------------
+def test_compile_out_never_overwrites_its_inputs(tmp_path, capsys):
+    tools = tmp_path / "tools.json"
+    tools.write_text('{"tools": [{"name": "f", "description": "d", "args": [{"name": "a", "type": "string"}]}]}')
+    tok = tmp_path / "tokenizer.model"
+    shutil.copy(cli.DEFAULT_DIR / "tokenizer.model", tok)
+    before = {p: p.read_bytes() for p in (tools, tok)}
+    for out, flag in ((tools, "--tools"), (tok, "--tokenizer")):      # both were replaced by the grammar file
+        assert main(["compile", "--tools", str(tools), "--tokenizer", str(tok), "--out", str(out)]) == 2
+        assert f"is the {flag} file" in _one_error_line(capsys)
+    assert {p: p.read_bytes() for p in before} == before
+    assert main(["compile", "--out", str(tmp_path / "no" / "g.pt")]) == 2
+    assert "does not exist" in _one_error_line(capsys)
+
+
+def test_ablate_json_checked_before_the_run(tmp_path, capsys, monkeypatch):
+    import batchmask.ablation
+    monkeypatch.setattr(batchmask.ablation, "run_ablation", None)     # the run must not start
+    assert main(["ablate", "--n", "2", "--json", str(tmp_path)]) == 2
+    assert "--json" in _one_error_line(capsys)
