@@ -157,12 +157,12 @@ class ByteSteps:
     """The automaton's byte table (automaton.byte_table) on the device, by byte class."""
     delta: torch.Tensor        # int32 [Sc, K]: next state per byte class, -1 illegal
     byte_class: torch.Tensor   # int64 [256]
-    codes: torch.Tensor        # int64 [N+1]: the class of every vocabulary byte
 
     @classmethod
     def of(cls, delta, byte_class, vocab: FlatVocab, dev) -> ByteSteps:
-        bc = torch.as_tensor(byte_class, device=dev)
-        return cls(torch.as_tensor(delta, device=dev), bc, bc[vocab.flat])
+        # the class of a vocabulary byte is looked up where a live pair reads it (run_tokens),
+        # not for all N bytes of the vocabulary at every compile
+        return cls(torch.as_tensor(delta, device=dev), torch.as_tensor(byte_class, device=dev))
 
 
 def run_tokens(steps: ByteSteps, vocab: FlatVocab, start: torch.Tensor, tok: torch.Tensor,
@@ -183,7 +183,7 @@ def run_tokens(steps: ByteSteps, vocab: FlatVocab, start: torch.Tensor, tok: tor
     live = ~ended & (state >= 0)
     idx, state, pos, t = idx[live], state[live], pos[live], tok[live]
     while len(idx):
-        state = flat_delta[state * K + steps.codes[vocab.offset[t] + pos]].long()
+        state = flat_delta[state * K + steps.byte_class[vocab.flat[vocab.offset[t] + pos]]].long()
         pos = pos + 1
         fin = pos >= lengths[t]
         out[idx[fin]] = state[fin]
