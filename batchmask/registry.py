@@ -144,7 +144,7 @@ class ToolRegistry:
         of native, OpenAI, MCP or Anthropic tool entries."""
         path = Path(path)
         try:
-            raw = path.read_text(encoding="utf-8")
+            raw = path.read_text(encoding="utf-8-sig")       # a UTF-8 BOM (some editors write one) is skipped
         except FileNotFoundError:
             raise RegistryError(f"{path}: tools file not found") from None
         except (OSError, UnicodeDecodeError) as e:
@@ -153,6 +153,8 @@ class ToolRegistry:
             obj = json.loads(raw)
         except json.JSONDecodeError as e:
             raise RegistryError(f"{path}: not valid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+        except RecursionError:
+            raise RegistryError(f"{path}: JSON nested too deeply to read") from None
         return cls.from_obj(obj, source=str(path), options=options)
 
     @classmethod

@@ -14,7 +14,8 @@ from batchmask.cli import main
 from batchmask.schema import SchemaError
 from batchmask.schema_base import ITEMS_CEILING, LENGTH_CEILING
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
 
 
 def _one_error_line(capsys) -> str:
@@ -202,3 +203,16 @@ def test_ablate_json_checked_before_the_run(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(batchmask.ablation, "run_ablation", None)     # the run must not start
     assert main(["ablate", "--n", "2", "--json", str(tmp_path)]) == 2
     assert "--json" in _one_error_line(capsys)
+
+
+# --- tools files ----------------------------------------------------------------------------------
+def test_tools_file_with_bom_and_deep_nesting(tmp_path, capsys):
+    from batchmask.registry import RegistryError, ToolRegistry
+    plain = (ROOT / "examples" / "tools.json").read_text(encoding="utf-8")
+    bom = tmp_path / "bom.json"
+    bom.write_bytes(b"\xef\xbb\xbf" + plain.encode("utf-8"))        # as the task files, a BOM is skipped
+    assert ToolRegistry.from_json(bom).names == ToolRegistry.from_json(ROOT / "examples" / "tools.json").names
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100000 + "]" * 100000)                    # RecursionError, without the file's name
+    with pytest.raises(RegistryError, match=r"deep\.json: JSON nested too deeply"):
+        ToolRegistry.from_json(deep)
