@@ -140,6 +140,11 @@ def check_not_an_input(out_path: Path, args) -> None:
             same = False
         if same:
             raise ValueError(f"--out {out_path} is the --{name.replace('_', '-')} file; write the results elsewhere")
+    for side in (".run.json", ".lock", ".run.json.tmp"):   # another run's own files (fingerprint.py, locks.py)
+        owner = out_path.with_name(out_path.name.removesuffix(side))
+        if out_path.name.endswith(side) and owner.name and owner.is_file():
+            raise ValueError(f"--out {out_path} is the {side} file of the run that wrote {owner}; "
+                             "write the results elsewhere")
 
 
 def _generate(args, dist, taskfile, output) -> int:

@@ -216,3 +216,14 @@ def test_tools_file_with_bom_and_deep_nesting(tmp_path, capsys):
     deep.write_text("[" * 100000 + "]" * 100000)                    # RecursionError, without the file's name
     with pytest.raises(RegistryError, match=r"deep\.json: JSON nested too deeply"):
         ToolRegistry.from_json(deep)
+
+
+def test_out_is_never_another_runs_own_file(tmp_path, one_task, capsys):
+    out = tmp_path / "calls.jsonl"
+    out.write_text("")
+    run = tmp_path / "calls.jsonl.run.json"
+    run.write_text('{"format": 1}')
+    for side in (run, tmp_path / "calls.jsonl.lock"):     # --force overwrote calls.jsonl's settings with results
+        assert main(["generate", "--tasks", str(one_task), "--out", str(side), "--force", "--quiet"]) == 2
+        assert "of the run that wrote" in _one_error_line(capsys)
+    assert run.read_text() == '{"format": 1}' and not (tmp_path / "calls.jsonl.lock").exists()
