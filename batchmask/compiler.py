@@ -107,7 +107,7 @@ def _compile(node, tokenizer, utf8, key, dev, automaton=None) -> CompiledGrammar
     row_next = t["row_next"]
     lo, hi = int(row_next.min()), int(row_next.max())
     store = torch.int16 if -32768 <= lo and hi <= 32767 else torch.int32
-    meta = {"format": CACHE_FORMAT, "key": key, "utf8": bool(utf8), "vocab_hash": vocab_hash_of(tokenizer),
+    meta = {"format": CACHE_FORMAT, "key": key, "utf8": bool(utf8), "vocab_hash": prep.vocab_hash,
             "vocab_size": V, "stop_ids": list(prep.stop_ids), "node": json.dumps(cache.node_to_json(node))}
     g = CompiledGrammar(t["token_class"].to(torch.int32), t["state_row"].to(torch.int32), row_next.to(store),
                         t["legal_count"], t["final"], aut.start, eos_id, t["done_state"],

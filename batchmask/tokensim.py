@@ -81,6 +81,7 @@ class VocabPrep:
     stop_ids: tuple
     vocab: FlatVocab
     signatures: dict = field(default_factory=dict)
+    vocab_hash: str = ""       # vocab_hash_of(tokenizer): hashed once per compile, not again for the cache meta
 
     def signature(self, vt: ValueType) -> Signature:
         if vt.name not in self.signatures:
@@ -137,13 +138,14 @@ def prepare_vocab(tokenizer, device) -> VocabPrep:
     for s in stops:
         if not 0 <= s < V:
             raise ValueError(f"stop id {s} is outside the vocabulary (size {V})")
-    key = (vocab_hash_of(tokenizer), stops, eos_id, V, str(torch.device(device)))
+    vhash = vocab_hash_of(tokenizer)
+    key = (vhash, stops, eos_id, V, str(torch.device(device)))
     prep = _CACHE.get(key)
     if prep is None:
         blanked = list(token_bytes)
         for s in stops:
             blanked[s] = b""          # a stop token carries no text: it is handled as its own class
-        prep = VocabPrep(blanked, eos_id, stops, FlatVocab(blanked, device))
+        prep = VocabPrep(blanked, eos_id, stops, FlatVocab(blanked, device), vocab_hash=vhash)
         _CACHE[key] = prep
         while len(_CACHE) > CACHE_SIZE:
             _CACHE.popitem(last=False)
