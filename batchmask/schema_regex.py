@@ -11,8 +11,9 @@ U+2028 and U+2029):
     anchors: ^ only at the start of a top-level branch, $ only at its end.
 Anything else (backreferences, lookaround, \\b, \\D \\W \\S, flags, possessive quantifiers) is refused.
 
-The generated body always matches the pattern in full. A branch without `^` (or `$`) may be preceded
-(followed) by up to `free_cap` arbitrary characters, as `re.search` allows; `*`, `+` and `{m,}` repeat at
+The generated body always satisfies the pattern as `re.search` reads it. A branch without `$` may be followed
+by up to `free_cap` arbitrary characters; a branch without `^` is generated as though it had one (the value
+starts with the match: a free run before it could not be told from the match by the string automaton); `*`, `+` and `{m,}` repeat at
 most `repeat_cap` times (at least m). Each pattern character is one JSON character, written as JsonStr
 writes it (schema_strings.char_node), so the body is valid JSON string content.
 """
@@ -70,9 +71,9 @@ class _Parser:
         return _alt_parts(branches)
 
     def branch(self, top: bool) -> Part:
-        start_anchor = end_anchor = False
+        end_anchor = False
         if top and self.peek() == "^":
-            start_anchor, self.i = True, self.i + 1
+            self.i += 1          # `^`: the value starts with the match, as it does without one (see the docstring)
         parts: list[Part] = []
         while (c := self.peek()) is not None and c not in "|)":
             if c == "$" and top and (self.i + 1 == len(self.s) or self.s[self.i + 1] == "|"):
@@ -84,12 +85,11 @@ class _Parser:
             parts.append(self.quantified(self.atom()))
         node = seq(*(p[0] for p in parts)) if parts else EMPTY
         lo, hi = sum(p[1] for p in parts), sum(p[2] for p in parts)
-        if top:
-            free = JsonStr(0, self.free_cap)
-            if not start_anchor:
-                node, hi = seq(free, node), hi + self.free_cap
-            if not end_anchor:
-                node, hi = seq(node, free), hi + self.free_cap
+        if top and not end_anchor:
+            # Free characters may follow the match (re.search's reading). None precede it, even without `^`:
+            # a value body must end at its closing quote, so a free run could only stand at the end; a value
+            # that starts with the match still satisfies the pattern.
+            node, hi = seq(node, JsonStr(0, self.free_cap)), hi + self.free_cap
         return node, lo, hi
 
     def atom(self) -> Part:
