@@ -13,9 +13,9 @@ Anything else (backreferences, lookaround, \\b, \\D \\W \\S, flags, possessive q
 
 The generated body always satisfies the pattern as `re.search` reads it. A branch without `$` may be followed
 by up to `free_cap` arbitrary characters; a branch without `^` is generated as though it had one (the value
-starts with the match: a free run before it could not be told from the match by the string automaton); `*`, `+` and `{m,}` repeat at
-most `repeat_cap` times (at least m). Each pattern character is one JSON character, written as JsonStr
-writes it (schema_strings.char_node), so the body is valid JSON string content.
+starts with the match: a free run before it could not be told from the match by the string automaton);
+`*`, `+` and `{m,}` repeat at most `repeat_cap` times (at least m). Each pattern character is one JSON
+character, written as JsonStr writes it (schema_strings.char_node), so the body is valid JSON string content.
 """
 from __future__ import annotations
 
