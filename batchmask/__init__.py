@@ -1,7 +1,9 @@
 """batchmask: grammar-constrained tool calling for a whole batch, on the device.
 
-Pipeline: registry -> grammar (paths) -> NFA/DFA (dfa.py) -> token table (compiler.py)
--> masker (masker.py, kernels/) -> generation loop (generation.py) -> CLI (cli.py).
+Pipeline (ARCHITECTURE.md names the file behind each step): registry (registry.py) and JSON Schema
+(schema*.py) -> grammar nodes in a call format (envelope.py) -> automaton (dfa.py, node_automaton.py)
+-> factored token table (compiler.py, table.py) -> batch masker (masker.py, batchmask.kernels) ->
+generation loop (generation.py) -> CLI (cli.py); batchmask.models holds the tokenizers and the model.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ _EXPORTS = {
     "compile_grammar": ".api", "compile_json_schema": ".api",
     "BatchMasker": ".masker", "IllegalTokenError": ".masker",
     "RegistryError": ".registry", "Tool": ".registry", "ToolArg": ".registry", "ToolRegistry": ".registry",
+    "SchemaError": ".schema", "SchemaOptions": ".schema",
 }
 
 if TYPE_CHECKING:
@@ -24,9 +27,10 @@ if TYPE_CHECKING:
     from .compiler import CompiledGrammar, GrammarCacheError
     from .masker import BatchMasker, IllegalTokenError
     from .registry import RegistryError, Tool, ToolArg, ToolRegistry
+    from .schema import SchemaError, SchemaOptions
 
-__all__ = ["BatchMasker", "CompiledGrammar", "GrammarCacheError", "IllegalTokenError", "RegistryError", "Tool",
-           "ToolArg", "ToolRegistry", "compile_grammar", "compile_json_schema"]          # = sorted(_EXPORTS)
+__all__ = ["BatchMasker", "CompiledGrammar", "GrammarCacheError", "IllegalTokenError", "RegistryError", "SchemaError",
+           "SchemaOptions", "Tool", "ToolArg", "ToolRegistry", "compile_grammar", "compile_json_schema"]  # sorted
 __version__ = "0.1.0"
 
 

@@ -13,9 +13,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+from typing import TYPE_CHECKING
 
 from .envelope import get_envelope, is_typed, registry_key, registry_node
 from .registry import RegistryError, ToolRegistry
+
+if TYPE_CHECKING:                       # annotations only: importing torch here would slow `import batchmask`
+    import torch
+
+    from .compiler import CompiledGrammar
+    from .models.tokenizer_base import BaseTokenizer
+    from .schema import SchemaOptions
 
 
 def _options_key(options):
@@ -59,8 +68,9 @@ def _seed_path(compiler):
     return seed
 
 
-def compile_grammar(registry: ToolRegistry, tokenizer, *, format: str = "seed", max_string: int = 256,
-                    utf8: bool = True, options=None, device="cpu"):
+def compile_grammar(registry: ToolRegistry, tokenizer: BaseTokenizer, *, format: str = "seed", max_string: int = 256,
+                    utf8: bool = True, options: SchemaOptions | None = None,
+                    device: str | torch.device = "cpu") -> CompiledGrammar:
     """Compile a call to any tool of `registry`, in `format` (see batchmask.envelope), into a CompiledGrammar.
 
     `tokenizer` needs `token_bytes` (list[bytes], b"" for ids with no text) and `eos_id`
@@ -78,7 +88,8 @@ def compile_grammar(registry: ToolRegistry, tokenizer, *, format: str = "seed", 
     return compiler.compile_node(node, tokenizer, utf8=utf8, key=key, device=device)
 
 
-def compile_json_schema(schema, tokenizer, *, options=None, device="cpu"):
+def compile_json_schema(schema: dict | bool | str, tokenizer: BaseTokenizer, *, options: SchemaOptions | None = None,
+                        device: str | torch.device = "cpu") -> CompiledGrammar:
     """Compile one JSON value of `schema` (a JSON Schema: dict, or a path-free JSON string) into a CompiledGrammar.
 
     Serialisation is compact (no whitespace, "," and ":"); objects hold their declared properties
@@ -98,8 +109,9 @@ def compile_json_schema(schema, tokenizer, *, options=None, device="cpu"):
     return compiler.compile_node(node, tokenizer, utf8=True, key=schema_grammar_key(schema, opts), device=device)
 
 
-def load_grammar(path, registry: ToolRegistry, tokenizer=None, *, format: str = "seed", max_string: int = 256,
-                 utf8: bool = True, options=None, device="cpu"):
+def load_grammar(path: str | os.PathLike, registry: ToolRegistry, tokenizer: BaseTokenizer | None = None, *,
+                 format: str = "seed", max_string: int = 256, utf8: bool = True, options: SchemaOptions | None = None,
+                 device: str | torch.device = "cpu") -> CompiledGrammar:
     """A cache file (CompiledGrammar.save) checked against what compile_grammar would build from the same
     arguments: another registry, format, options or vocabulary is refused with GrammarCacheError."""
     get_envelope(format)
