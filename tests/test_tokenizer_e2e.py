@@ -60,8 +60,7 @@ def test_specials_and_padding_are_never_legal(name, model_vocab):
     assert len(no_text) >= 47 and _never_legal(g, no_text)
 
 
-@pytest.mark.parametrize("name", ["gpt2", pytest.param("qwen2", marks=pytest.mark.xfail(
-    strict=False, reason="the compiler allows eos_id only after a call; stop_ids come with SCHEMA-CORE (issue 12.3)"))])
+@pytest.mark.parametrize("name", ["gpt2", "qwen2"])
 def test_after_a_complete_call_exactly_the_stop_ids_are_legal(vocabs, name):
     tok = vocabs[name]
     g = compile_grammar(ToolRegistry.defaults(), tok, max_string=MAX_STRING)
