@@ -2,8 +2,10 @@
 Shared pieces of the kernel tests: the test grammars as the kernels read them, rows over all states, and plainly
 written per-row references (Python loops and float64 formulas; small sizes only).
 """
+import importlib.util
 import math
 
+import pytest
 import torch
 from batchmask.kernels import gumbel, rng
 from batchmask.kernels.tables import Rows, make_tables
@@ -11,6 +13,9 @@ from batchmask.kernels.tables import Rows, make_tables
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 NEG_INF = float("-inf")
+HAVE_TRITON = importlib.util.find_spec("triton") is not None
+# The masker's backends: Triton runs in its interpreter without a GPU (conftest sets TRITON_INTERPRET).
+BACKENDS = ["torch", pytest.param("triton", marks=pytest.mark.skipif(not HAVE_TRITON, reason="triton missing"))]
 
 
 def tables_of(g):

@@ -13,18 +13,14 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import importlib.util
 
 import pytest
 
 from batchmask.masker import BatchMasker, GrammarTableError, IllegalTokenError
 from batchmask.next_codes import decode_next
 from tests.grammar_fixtures import make_loop_grammar, make_random_grammar
+from tests.kernel_helpers import BACKENDS, DEVICE, HAVE_TRITON, NEG_INF  # noqa: F401
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-HAVE_TRITON = importlib.util.find_spec("triton") is not None
-BACKENDS = ["torch", pytest.param("triton", marks=pytest.mark.skipif(not HAVE_TRITON, reason="triton missing"))]
-NEG_INF = float("-inf")
 LLAMA2 = Path(__file__).resolve().parents[1].parent / "shared" / "llama2"
 
 

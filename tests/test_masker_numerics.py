@@ -10,17 +10,12 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import importlib.util
 
 import pytest
 
 from batchmask.masker import BatchMasker, sample_unmasked
 from tests.grammar_fixtures import make_random_grammar
-
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-HAVE_TRITON = importlib.util.find_spec("triton") is not None
-BACKENDS = ["torch", pytest.param("triton", marks=pytest.mark.skipif(not HAVE_TRITON, reason="triton missing"))]
-NEG_INF = float("-inf")
+from tests.kernel_helpers import BACKENDS, DEVICE, HAVE_TRITON, NEG_INF  # noqa: F401
 
 
 def legal_ids(g, state: int) -> list[int]:
