@@ -5,13 +5,14 @@ import torch
 
 
 def classes_of(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Group equal rows of int64 [V, K]: (class id per row [V], first row of each class [C]).
+    """Group equal rows of an integer [V, K] tensor: (class id per row [V], first row of each class [C]).
 
     `torch.unique(dim=0)` sorts rows lexicographically and is slow (~0.1 s for 32000 rows
     here), so each row is first folded into two exact integer dot products with random
     weights (no overflow: the bound is checked) and grouped by a 1-D unique; then every row
-    is compared with its class's first row, and only if a collision shows up do we pay for
-    the exact row sort.
+    that shares its class is compared with its class's first row, and only if a collision
+    shows up do we pay for the exact row sort. Only the grouping is promised: callers that
+    need a canonical numbering renumber (in_first_use_order).
     """
     dev = keys.device
     V, K = keys.shape
@@ -19,29 +20,47 @@ def classes_of(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return torch.zeros(0, dtype=torch.int64, device=dev), torch.zeros(0, dtype=torch.int64, device=dev)
     if K == 0:
         return torch.zeros(V, dtype=torch.int64, device=dev), torch.zeros(1, dtype=torch.int64, device=dev)
-    shifted = keys - keys.min()                                   # [V, K] >= 0
-    top = int(shifted.max()) + 1
+    lo, hi = (int(x) for x in torch.aminmax(keys))
+    bound = (max(-lo, hi) + 1) * (1 << 20) * K           # > |every partial dot product|
     gen = torch.Generator().manual_seed(K)
     weights = torch.randint(1, 1 << 20, (K, 2), generator=gen).to(dev)
-    if top * (1 << 20) * K < (1 << 52) and K > 1:
-        # exact dot products as a float64 matmul (every partial sum is an integer below 2^53)
-        h = (shifted.double() @ weights.double()).long()                                # [V, 2]
-        key1d = h[:, 0] * (1 << 21) + torch.remainder(h[:, 1], 1 << 21) if int(h.max()) < (1 << 41) \
-            else h[:, 0] ^ (h[:, 1] << 17)
-        _, inverse = torch.unique(key1d, return_inverse=True)
-    elif top * (1 << 20) * K < (1 << 62) and K > 1:
+    if K == 1:
+        _, inverse = torch.unique(keys[:, 0], return_inverse=True)
+    elif bound < (1 << 52):
+        # exact dot products as a float64 matmul (every partial sum is an integer below 2^52 in
+        # magnitude); no shifted copy of the keys: the sign does not matter to the grouping
+        h = (keys.double() @ weights.double()).long()                                   # [V, 2]
+        _, inverse = torch.unique(_pair_key(h[:, 0], h[:, 1], bound), return_inverse=True)
+    elif bound < (1 << 62):
         # exact int64 dot products (CPU int64 matmul has no fast path: multiply and sum instead)
-        h = torch.stack([(shifted * weights[:, j]).sum(1) for j in range(2)], 1)        # [V, 2]
-        key1d = h[:, 0] * (1 << 21) + torch.remainder(h[:, 1], 1 << 21) if int(h.max()) < (1 << 41) \
-            else h[:, 0] ^ (h[:, 1] << 17)
-        _, inverse = torch.unique(key1d, return_inverse=True)
+        wide = keys.long()
+        h = torch.stack([(wide * weights[:, j]).sum(1) for j in range(2)], 1)           # [V, 2]
+        _, inverse = torch.unique(_pair_key(h[:, 0], h[:, 1], bound), return_inverse=True)
     else:
-        _, inverse = torch.unique(keys[:, 0] if K == 1 else keys, dim=None if K == 1 else 0, return_inverse=True)
+        _, inverse = torch.unique(keys, dim=0, return_inverse=True)
     rep = first_of_each(inverse)
-    if not torch.equal(keys, keys[rep[inverse]]):                # a hash collision: do it exactly
+    if not _members_equal(keys, inverse, rep):                    # a hash collision: do it exactly
         _, inverse = torch.unique(keys, dim=0, return_inverse=True)
         rep = first_of_each(inverse)
     return inverse, rep
+
+
+def _pair_key(h0: torch.Tensor, h1: torch.Tensor, bound: int) -> torch.Tensor:
+    """One int64 per pair of hashes (|h| < bound): exact while the first fits in 41 bits, else mixed."""
+    if bound <= (1 << 41):
+        return h0 * (1 << 21) + torch.remainder(h1, 1 << 21)
+    return h0 ^ (h1 << 17)
+
+
+def _members_equal(keys: torch.Tensor, inverse: torch.Tensor, rep: torch.Tensor, dim: int = 0) -> bool:
+    """Every row (dim 0) or column (dim 1) of `keys` equals its class's first; only shared classes are read."""
+    shared = torch.nonzero(torch.bincount(inverse, minlength=len(rep))[inverse] > 1).flatten()
+    if not len(shared):
+        return True
+    first = rep[inverse[shared]]
+    if dim == 0:
+        return torch.equal(keys[shared], keys[first])
+    return torch.equal(keys[:, shared], keys[:, first])
 
 
 def first_of_each(inverse: torch.Tensor) -> torch.Tensor:
@@ -133,16 +152,15 @@ def column_classes(m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     R, C = m.shape
     if C == 0 or R == 0:
         return torch.zeros(C, dtype=torch.int64, device=dev), torch.zeros(min(C, 1), dtype=torch.int64, device=dev)
-    lo = int(m.min())
-    top = int(m.max()) - lo + 1
-    if top * (1 << 20) * R >= (1 << 52):
+    lo, hi = (int(x) for x in torch.aminmax(m))
+    bound = (max(-lo, hi) + 1) * (1 << 20) * R
+    if bound >= (1 << 52):
         return classes_of(m.T.contiguous())
     gen = torch.Generator().manual_seed(R)
     weights = torch.randint(1, 1 << 20, (2, R), generator=gen).to(dev).double()
-    h = (weights @ (m.double() - lo)).long()                                        # [2, C], exact
-    _, inverse = torch.unique(h[0] * (1 << 21) + torch.remainder(h[1], 1 << 21) if int(h.max()) < (1 << 41)
-                              else h[0] ^ (h[1] << 17), return_inverse=True)
+    h = (weights @ m.double()).long()                                               # [2, C], exact
+    _, inverse = torch.unique(_pair_key(h[0], h[1], bound), return_inverse=True)
     rep = first_of_each(inverse)
-    if not torch.equal(m, m[:, rep[inverse]]):                                      # a hash collision
+    if not _members_equal(m, inverse, rep, dim=1):                                  # a hash collision
         return classes_of(m.T.contiguous())
     return inverse, rep

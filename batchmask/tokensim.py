@@ -51,6 +51,15 @@ class FlatVocab:
         self.by_pair = torch.argsort(group, stable=True)                                                 # [V]
         self.pair_count = torch.bincount(group, minlength=256 * 257 + 1)[:256 * 257].view(256, 257)       # [256, 257]
         self.pair_start = (torch.cumsum(self.pair_count.reshape(-1), 0) - self.pair_count.reshape(-1)).view(256, 257)
+        # host copies for the per-compile simulation (many small ops: numpy's per-op cost is a fraction of torch's),
+        # and the non-empty groups per first byte: group k of byte b1 is pair_b2[pair_ptr[b1] + k]
+        self.offset_np, self.lengths_np = self.offset.cpu().numpy(), lengths
+        self.by_pair_np = self.by_pair.cpu().numpy()
+        count = self.pair_count.cpu().numpy()
+        start = self.pair_start.cpu().numpy()
+        b1, self.pair_b2 = np.nonzero(count)                                                             # [G] each
+        self.pair_n, self.pair_at = count[b1, self.pair_b2], start[b1, self.pair_b2]                     # [G] each
+        self.pair_ptr = np.searchsorted(b1, np.arange(257))                                              # [257]
 
     def __len__(self) -> int:
         return self.lengths.shape[0]
@@ -156,42 +165,47 @@ def prepare_vocab(tokenizer, device) -> VocabPrep:
 # --- byte-by-byte simulation -----------------------------------------------------------------------
 @dataclass
 class ByteSteps:
-    """The automaton's byte table (automaton.byte_table) on the device, by byte class."""
-    delta: torch.Tensor        # int32 [Sc, K]: next state per byte class, -1 illegal
-    byte_class: torch.Tensor   # int64 [256]
+    """The automaton's byte table (automaton.byte_table) by byte class, on the host (where it is simulated)."""
+    delta: np.ndarray          # int32 [Sc, K]: next state per byte class, -1 illegal
+    byte_class: np.ndarray     # int64 [256]
 
     @classmethod
     def of(cls, delta, byte_class, vocab: FlatVocab, dev) -> ByteSteps:
-        # the class of a vocabulary byte is looked up where a live pair reads it (run_tokens),
-        # not for all N bytes of the vocabulary at every compile
-        return cls(torch.as_tensor(delta, device=dev), torch.as_tensor(byte_class, device=dev))
+        # the class of a vocabulary byte is looked up where a live pair reads it (_run), not for all
+        # N bytes of the vocabulary at every compile; `dev` is where the results go
+        return cls(np.ascontiguousarray(delta, dtype=np.int32), np.asarray(byte_class, dtype=np.int64))
+
+
+def _run(steps: ByteSteps, vocab: FlatVocab, start: np.ndarray, tok: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """run_tokens on host arrays: int64 [P] in, int64 [P] out."""
+    K = steps.delta.shape[1]
+    flat_delta = steps.delta.reshape(-1)
+    out = np.full(len(start), -1, dtype=np.int64)
+    begin, end = vocab.offset_np[tok], vocab.offset_np[tok] + vocab.lengths_np[tok]
+    ended = begin + pos >= end                       # nothing left to feed: stays where it is
+    out[ended] = start[ended]
+    live = np.flatnonzero(~ended & (start >= 0))
+    # live pairs, one column each: pair index, state, read pointer, end (one array: dropping pairs is one op)
+    st = np.stack([live, start[live], (begin + pos)[live], end[live]])
+    IDX, CUR, PTR, END = range(4)
+    while st.shape[1]:
+        st[CUR] = flat_delta[st[CUR] * K + steps.byte_class[vocab.flat_np[st[PTR]]]]
+        st[PTR] += 1
+        fin = st[PTR] >= st[END]
+        out[st[IDX, fin]] = st[CUR, fin]
+        st = st[:, ~fin & (st[CUR] >= 0)]
+    return out
 
 
 def run_tokens(steps: ByteSteps, vocab: FlatVocab, start: torch.Tensor, tok: torch.Tensor,
                offset: torch.Tensor) -> torch.Tensor:
     """Feed token `tok[p]` from byte `offset[p]` on, starting in state `start[p]`.
 
-    start/tok/offset int64 [P]. Returns int64 [P]: the state after the token's last byte, or -1.
-    Only live pairs are carried from one byte to the next.
+    start/tok/offset int64 [P]. Returns int64 [P] (on start's device): the state after the token's
+    last byte, or -1. Simulated on the host; only live pairs are carried from one byte to the next.
     """
-    lengths = vocab.lengths
-    K = steps.delta.shape[1]
-    flat_delta = steps.delta.reshape(-1)
-    out = torch.full_like(start, -1)
-    idx = torch.arange(len(start), device=start.device)
-    state, pos = start.clone(), offset.clone()
-    ended = pos >= lengths[tok]                    # nothing left to feed: stays where it is
-    out[idx[ended]] = state[ended]
-    live = ~ended & (state >= 0)
-    idx, state, pos, t = idx[live], state[live], pos[live], tok[live]
-    while len(idx):
-        state = flat_delta[state * K + steps.byte_class[vocab.flat[vocab.offset[t] + pos]]].long()
-        pos = pos + 1
-        fin = pos >= lengths[t]
-        out[idx[fin]] = state[fin]
-        keep = ~fin & (state >= 0)
-        idx, state, pos, t = idx[keep], state[keep], pos[keep], t[keep]
-    return out
+    host = [x.cpu().numpy().astype(np.int64, copy=False) for x in (start, tok, offset)]
+    return torch.from_numpy(_run(steps, vocab, *host)).to(start.device)
 
 
 def explicit_columns(edges: torch.Tensor, steps: ByteSteps, vocab: FlatVocab):
@@ -199,27 +213,33 @@ def explicit_columns(edges: torch.Tensor, steps: ByteSteps, vocab: FlatVocab):
 
     edges int64 [E, 3] (src, byte, first state after the byte, in delta's ids). Only tokens whose
     first two bytes the automaton takes from `src` are simulated: the pairs come from the tokens
-    grouped by their first two bytes, so the work is the number of live (state, token) pairs.
+    grouped by their first two bytes (only the groups the vocabulary has), so the work is the
+    number of live (state, token) pairs. Triples are ordered by edge, second byte, then token id.
     """
     dev = vocab.flat.device
-    if not len(edges):
+    e = edges.cpu().numpy().astype(np.int64, copy=False).reshape(-1, 3)
+    if not len(e):
         z = torch.zeros(0, dtype=torch.int64, device=dev)
         return z, z, z
-    after1 = edges[:, 2]
-    taken = steps.delta[after1.clamp(min=0)][:, steps.byte_class] >= 0                     # [E, 256]
-    ok2 = torch.cat([taken, torch.ones((len(edges), 1), dtype=torch.bool, device=dev)], 1)
-    ok2 &= (after1 >= 0)[:, None]                                          # [E, 257]: second byte (or the end) taken
-    cnt = torch.where(ok2, vocab.pair_count[edges[:, 1]], 0)              # [E, 257] tokens per (edge, second byte)
-    e_idx, b2 = torch.nonzero(cnt, as_tuple=True)
-    n = cnt[e_idx, b2]
-    cell = torch.repeat_interleave(torch.arange(len(n), device=dev), n)
-    rank = torch.arange(len(cell), device=dev) - torch.repeat_interleave(torch.cumsum(n, 0) - n, n)
-    e_of = e_idx[cell]
-    tok = vocab.by_pair[vocab.pair_start[edges[e_of, 1], b2[cell]] + rank]  # [P]
-    src = edges[e_of, 0]
-    nxt = run_tokens(steps, vocab, after1[e_of], tok, torch.ones_like(tok))
-    ok = nxt >= 0
-    return src[ok], tok[ok], nxt[ok]
+    # candidate cells: (edge, one of the non-empty groups of its first byte)
+    lo, hi = vocab.pair_ptr[e[:, 1]], vocab.pair_ptr[e[:, 1] + 1]
+    n = np.where(e[:, 2] >= 0, hi - lo, 0)
+    ce = np.repeat(np.arange(len(e)), n)                                                   # [G'] edge
+    g = np.arange(len(ce)) - np.repeat(np.cumsum(n) - n, n) + lo[ce]                       # [G'] group
+    b2 = vocab.pair_b2[g]
+    after1 = e[ce, 2]
+    K = steps.delta.shape[1]
+    cls2 = steps.byte_class[np.minimum(b2, 255)]
+    ok = (b2 == 256) | (steps.delta.reshape(-1)[after1 * K + cls2] >= 0)       # second byte taken (or the end)
+    ce, g = ce[ok], g[ok]
+    cnt = vocab.pair_n[g]
+    cell = np.repeat(np.arange(len(ce)), cnt)
+    rank = np.arange(len(cell)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    tok = vocab.by_pair_np[vocab.pair_at[g][cell] + rank]                                   # [P]
+    e_of = ce[cell]
+    nxt = _run(steps, vocab, e[e_of, 2], tok, np.ones_like(tok))
+    keep = nxt >= 0
+    return tuple(torch.from_numpy(x[keep]).to(dev) for x in (e[e_of, 0], tok, nxt))
 
 
 # --- value-type signatures ---------------------------------------------------------------------------
@@ -337,12 +357,13 @@ def after_stops(sig: Signature, blocks: list, steps: ByteSteps, to_compact: torc
     """
     dev = vocab.flat.device
     E = len(sig.ev_tok)
-    out = torch.full((len(blocks), E), -1, dtype=torch.int64, device=dev)
     if not E or not blocks:
-        return out
-    exits = torch.as_tensor(np.stack([b.exits for b in blocks]), device=dev)       # [B, 256]
-    start = exits[:, sig.ev_byte]                                                  # [B, E] global ids
-    bi, ei = torch.nonzero(start >= 0, as_tuple=True)
-    res = run_tokens(steps, vocab, to_compact[start[bi, ei]], sig.ev_tok[ei], sig.ev_pos[ei] + 1)
-    out[bi, ei] = torch.where(res >= 0, from_compact[res.clamp(min=0)], -1)
-    return out
+        return torch.full((len(blocks), E), -1, dtype=torch.int64, device=dev)
+    ev_tok, ev_pos, ev_byte, to_c, from_c = (x.cpu().numpy() for x in (sig.ev_tok, sig.ev_pos, sig.ev_byte,
+                                                                      to_compact, from_compact))
+    start = np.stack([b.exits for b in blocks])[:, ev_byte]                       # [B, E] global ids
+    bi, ei = np.nonzero(start >= 0)
+    res = _run(steps, vocab, to_c[start[bi, ei]].astype(np.int64), ev_tok[ei], ev_pos[ei] + 1)
+    out = np.full((len(blocks), E), -1, dtype=np.int64)
+    out[bi, ei] = np.where(res >= 0, from_c[np.maximum(res, 0)], -1)
+    return torch.from_numpy(out).to(dev)
