@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .values import ValueType, close_ok, stays_ok
+from .values import ValueType, close_ok, stays_need
 
 
 @dataclass
@@ -104,8 +104,10 @@ def byte_table(aut: Automaton, token_len: int):
     rep = np.zeros(K, dtype=np.int64)
     rep[byte_class[::-1]] = np.arange(255, -1, -1)            # one byte per class (any will do)
     keep = np.ones(S, dtype=bool)
+    depth = []                                                 # per block: how deep its rows go
     for blk in aut.blocks:
-        keep[blk.base:blk.base + blk.size] = blk.ns < min(blk.max + 1, blk.entry_depth + max(token_len, 1))
+        depth.append(min(blk.max + 1, blk.entry_depth + max(token_len, 1)))
+        keep[blk.base:blk.base + blk.size] = blk.ns < depth[-1]
     from_compact = np.flatnonzero(keep)
     to_compact = np.full(S + 1, -1, dtype=np.int32)          # index S (= -1 wrapped) stays -1
     to_compact[from_compact] = np.arange(len(from_compact))
@@ -113,18 +115,46 @@ def byte_table(aut: Automaton, token_len: int):
     e = aut.edges
     if len(e):
         delta[to_compact[e[:, 0]], byte_class[e[:, 1]]] = to_compact[e[:, 2]]
-    for blk in aut.blocks:
-        vt = blk.vt
-        sel = np.flatnonzero(keep[blk.base:blk.base + blk.size])
-        rows = to_compact[blk.base + sel]                      # [Nb]
-        ns, qs = blk.ns[sel][:, None], blk.qs[sel]
-        q2 = vt.table[qs][:, rep]                              # [Nb, K] sub-state after each byte class
-        n2 = ns + vt.inc[qs][:, rep]                           # [Nb, K] count after it
-        ok = stays_ok(vt, n2, q2, blk.max)
-        target = blk.grid[np.minimum(n2, blk.max), np.maximum(q2, 0)]
-        delta[rows] = np.where(ok, to_compact[target], -1)
-        ends = close_ok(vt, blk.ns[sel], qs, blk.min, blk.max)
-        exit_cls = np.flatnonzero(blk.exits[rep] >= 0)
-        if len(exit_cls) and ends.any():
-            delta[np.ix_(rows[ends], exit_cls)] = to_compact[blk.exits[rep[exit_cls]]][None, :]
+    # Block rows: all blocks of one value type at once. What a byte class does from a sub-state is
+    # worked out once per type on [Q, K]; per cell only the count and the block's cap enter.
+    by_type: dict = {}
+    for k, blk in enumerate(aut.blocks):
+        by_type.setdefault(blk.vt.name, []).append(k)
+    for ks in by_type.values():
+        blocks = [aut.blocks[k] for k in ks]
+        vt = blocks[0].vt
+        Q = vt.num_substates
+        q2, inc = vt.table[:, rep], vt.inc[:, rep]                          # [Q, K] sub-state, units after each class
+        need = stays_need(vt, q2, inc)                                      # [Q, K] stays_ok iff max - n >= need
+        # a small dtype for the [N, K] compare: needs (and budgets) clipped to `cap`, which no legal need reaches
+        dt = np.int16 if int(need[q2 >= 0].max(initial=0)) < np.iinfo(np.int16).max - 1 else np.int64
+        cap = dt(np.iinfo(dt).max)
+        need = np.minimum(need, cap).astype(dt)
+        step = (inc * Q + np.maximum(q2, 0)).astype(np.int32)               # grid offset of the target cell
+        rows_up = int(inc.max(initial=0)) + 1                               # grid rows a kept cell may reach past n
+        cells, grids, gstart, nb = [], [], [0], []
+        for k, b in zip(ks, blocks):
+            sel = np.flatnonzero(keep[b.base:b.base + b.size])
+            cells.append(np.stack([b.base + sel, b.ns[sel], b.qs[sel]]))
+            nb.append(len(sel))
+            # the grid rows a kept cell can reach (compact ids), padded with illegal rows past the cap
+            top = min(depth[k], b.max + 1) + rows_up
+            g = np.full((top, Q), -1, dtype=np.int64)
+            g[:min(top, b.max + 1)] = b.grid[:top]
+            grids.append(to_compact[g.reshape(-1)])                          # int32
+            gstart.append(gstart[-1] + top * Q)
+        j = np.repeat(np.arange(len(ks)), nb)                               # [N] block (within the type) of each cell
+        ids, ns, qs = np.concatenate(cells, 1)
+        lo, hi = (np.array([getattr(b, f) for b in blocks], dtype=np.int64)[j] for f in ("min", "max"))   # [N]
+        grid = np.concatenate(grids)
+        rows = to_compact[ids]                                              # [N]
+        ok = need[qs] <= np.minimum(hi - ns, cap - 1).astype(dt)[:, None]     # [N, K] stays_ok
+        at = (np.asarray(gstart[:-1])[j] + ns * Q).astype(np.int32)
+        target = np.take(grid, at[:, None] + step[qs])
+        delta[rows] = np.where(ok, target, -1)
+        ends = np.flatnonzero(close_ok(vt, ns, qs, lo, hi))
+        if len(ends):
+            exits = np.stack([b.exits[rep] for b in blocks])[j[ends]]      # [Ne, K] the state after each ending byte
+            cur = delta[rows[ends]]
+            delta[rows[ends]] = np.where(exits >= 0, to_compact[exits], cur)
     return delta, byte_class, to_compact[:S].astype(np.int64), from_compact

@@ -20,6 +20,8 @@ and the table builder (table.py) judge a value:
     stays_ok(n2, q2)     q2 >= 0 and n2 + pending[q2] <= max      (a move inside the value is legal)
     close_ok(n, q)       accept[q] and min <= n <= max            (the value may end here)
 
+(`stays_need` restates stays_ok per (sub-state, byte) for builders that vary only n and max.)
+
 The byte that ends a value (the closing quote) belongs to what follows; at an accepting sub-state
 it must not be a byte the value could also take, so where a value ends needs no lookahead.
 """
@@ -111,6 +113,12 @@ def cell_ok(vt: ValueType, n, q, max_: int):
 def stays_ok(vt: ValueType, n2, q2, max_: int):
     """A move to (n2, q2) inside the value is legal (q2 < 0: the byte was refused)."""
     return (q2 >= 0) & (n2 + vt.pending[q2 * (q2 >= 0)] <= max_)
+
+
+def stays_need(vt: ValueType, q2: np.ndarray, inc: np.ndarray) -> np.ndarray:
+    """int64: the least `max - n` at which a move from count n adding `inc` units to sub-state `q2` is
+    legal (stays_ok(vt, n + inc, q2, max) holds iff max - n >= this); 2^40 where q2 < 0 (never)."""
+    return np.where(q2 >= 0, inc + vt.pending[np.maximum(q2, 0)], 1 << 40)
 
 
 def close_ok(vt: ValueType, n, q, min_: int, max_: int):
