@@ -86,7 +86,25 @@ def byte_classes(aut: Automaton) -> np.ndarray:
         cols += [vt.table.T, vt.inc.T]
     if aut.blocks:
         cols.append(np.stack([b.exits for b in aut.blocks], 1))
-    return np.unique(np.concatenate(cols, 1), axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    return row_classes(np.concatenate(cols, 1))
+
+
+def row_classes(rows: np.ndarray) -> np.ndarray:
+    """int64 [N]: a class per row of the integer [N, M] `rows`, numbered in the rows' lexicographic order.
+
+    The same ids as np.unique(rows, axis=0, return_inverse=True), which sorts structured rows and
+    costs ~3 ms for 256 bytes x 100 columns; one lexsort is ~0.1 ms.
+    """
+    N = rows.shape[0]
+    if N == 0 or rows.shape[1] == 0:
+        return np.zeros(N, dtype=np.int64)
+    order = np.lexsort(rows.T[::-1])                       # first column most significant
+    srt = rows[order]
+    new = np.ones(N, dtype=bool)
+    new[1:] = (srt[1:] != srt[:-1]).any(1)
+    out = np.empty(N, dtype=np.int64)
+    out[order] = np.cumsum(new) - 1
+    return out
 
 
 def byte_table(aut: Automaton, token_len: int):

@@ -28,7 +28,7 @@ from collections import deque
 
 import numpy as np
 
-from .automaton import Automaton, Block
+from .automaton import Automaton, Block, row_classes
 from .grammar import Alt, ByteSet, JsonStr, Lit, Repeat, Seq, Str
 from .values import close_ok, stays_ok, value_type
 
@@ -162,8 +162,7 @@ class _Subsets:
         for vt in self.vts.values():
             cols += [vt.table, vt.inc]
         sig = np.concatenate(cols).T                                     # [256, K]
-        _, self.byte_class = np.unique(sig, axis=0, return_inverse=True)
-        self.byte_class = self.byte_class.reshape(-1)
+        self.byte_class = row_classes(sig)                               # numbered in lexicographic order
         self.num_classes = int(self.byte_class.max()) + 1
         self.rep = np.array([np.flatnonzero(self.byte_class == c)[0] for c in range(self.num_classes)])  # smallest
         in_mask = cols[0][:, self.rep] > 0                               # [M, classes]: classes refine masks
@@ -203,6 +202,8 @@ class _Subsets:
         return out
 
     def set_moves(self, elems) -> list:
+        if len(elems) == 1 and not isinstance(elems[0], tuple):
+            return self.elem_moves(elems[0])  # one byte set (most states): classes ascending, targets distinct
         buckets: dict = {}
         for e in elems:
             for c, tgt in self.elem_moves(e):

@@ -58,7 +58,21 @@ class ValueType:
 
     @property
     def max_pending(self) -> int:
-        return int(self.pending.max())
+        return self._cached("max_pending", lambda: int(self.pending.max()))
+
+    @property
+    def only_accept(self) -> int | None:
+        """The accepting sub-state if there is exactly one (close_ok then compares instead of gathering)."""
+        def one():
+            idx = [i for i, a in enumerate(self.accept.tolist()) if a]
+            return idx[0] if len(idx) == 1 else None
+        return self._cached("only_accept", one)
+
+    def _cached(self, key: str, make):
+        # small facts of the (immutable) tables, kept beside the device views: the rules below ask per call
+        if key not in self._torch:
+            self._torch[key] = make()
+        return self._torch[key]
 
     def on(self, device) -> ValueType:
         """The same value type with torch tensors on `device` (the rules below work on either)."""
@@ -112,7 +126,9 @@ def cell_ok(vt: ValueType, n, q, max_: int):
 
 def stays_ok(vt: ValueType, n2, q2, max_: int):
     """A move to (n2, q2) inside the value is legal (q2 < 0: the byte was refused)."""
-    return (q2 >= 0) & (n2 + vt.pending[q2 * (q2 >= 0)] <= max_)
+    if vt.max_pending == 0:                  # nothing is ever owed (a JSON string): no lookup of pending
+        return (q2 >= 0) & (n2 <= max_)
+    return (q2 >= 0) & (n2 + vt.pending[q2.clamp(min=0) if hasattr(q2, "clamp") else np.maximum(q2, 0)] <= max_)
 
 
 def stays_need(vt: ValueType, q2: np.ndarray, inc: np.ndarray) -> np.ndarray:
@@ -122,8 +138,9 @@ def stays_need(vt: ValueType, q2: np.ndarray, inc: np.ndarray) -> np.ndarray:
 
 
 def close_ok(vt: ValueType, n, q, min_: int, max_: int):
-    """The value may end at (n, q): between units, with the minimum met."""
-    return vt.accept[q] & (n >= min_) & (n <= max_)
+    """The value may end at (n, q): between units, with the minimum met (q >= 0: a sub-state)."""
+    a = vt.only_accept
+    return (vt.accept[q] if a is None else q == a) & (n >= min_) & (n <= max_)
 
 
 def _rank(table: np.ndarray, inc: np.ndarray) -> np.ndarray:
