@@ -25,6 +25,8 @@ typed tools (`Tool.parameters`, a JSON Schema) get `schema.schema_node` of their
 from __future__ import annotations
 
 import json
+import pickle
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from .grammar import Alt, Lit, Seq, Str
@@ -132,12 +134,33 @@ def native_args_node(tool: Tool, max_string: int, separators: tuple[str, str] = 
     return Seq(tuple(parts))
 
 
+# Typed tools' argument nodes, by (parameters, options, separators): tool sets drawn from one catalogue
+# share their tools, and a node is immutable. Keyed by the pickled parameters (equal bytes: equal
+# JSON values, types included); `where` only names errors, which are not kept. A few hundred entries.
+_ARGS_CACHE: OrderedDict = OrderedDict()
+ARGS_CACHE_SIZE = 512
+
+
 def args_node(tool: Tool, envelope: Envelope, max_string: int, options, source: str = "<registry>"):
     if not is_typed(tool):
         return native_args_node(tool, max_string, envelope.separators)
     from .schema import schema_node
-    return schema_node(tool.parameters, options, separators=envelope.separators,
-                       where=f"{source}: tool {tool.name!r} parameters")
+    try:
+        key = (pickle.dumps(tool.parameters, protocol=pickle.HIGHEST_PROTOCOL), options, tuple(envelope.separators))
+        hash(key)
+    except Exception:                 # not picklable or options not hashable: build it, keep nothing
+        key = None
+    node = _ARGS_CACHE.get(key) if key is not None else None
+    if node is None:
+        node = schema_node(tool.parameters, options, separators=envelope.separators,
+                           where=f"{source}: tool {tool.name!r} parameters")
+        if key is not None:
+            _ARGS_CACHE[key] = node
+            while len(_ARGS_CACHE) > ARGS_CACHE_SIZE:
+                _ARGS_CACHE.popitem(last=False)
+    if key is not None:
+        _ARGS_CACHE.move_to_end(key)
+    return node
 
 
 def registry_node(registry: ToolRegistry, format: str = "seed", max_string: int = 256, options=None):
