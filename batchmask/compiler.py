@@ -105,15 +105,23 @@ def _compile(node, tokenizer, utf8, key, dev, automaton=None) -> CompiledGrammar
     prep = prepare_vocab(tokenizer, dev)
     t = build_tables(aut, prep, dev, far=lambda blk, n, d: _far_mask(blk, n, d))
     row_next = t["row_next"]
-    lo, hi = int(row_next.min()), int(row_next.max())
-    store = torch.int16 if -32768 <= lo and hi <= 32767 else torch.int32
+    store = table_dtype(row_next)
     meta = {"format": CACHE_FORMAT, "key": key, "utf8": bool(utf8), "vocab_hash": prep.vocab_hash,
             "vocab_size": V, "stop_ids": list(prep.stop_ids), "node": json.dumps(cache.node_to_json(node))}
-    g = CompiledGrammar(t["token_class"].to(torch.int32), t["state_row"].to(torch.int32), row_next.to(store),
-                        t["legal_count"], t["final"], aut.start, eos_id, t["done_state"],
+    g = CompiledGrammar(t["token_class"].to(torch.int32), t["state_row"].to(store), row_next.to(store),
+                        t["row_legal"], t["row_final"], t["targets"].to(torch.int32), aut.start, eos_id,
+                        t["done_state"],
                         list(tokenizer.token_bytes), meta, aut, stop_ids=prep.stop_ids)
     g.compile_seconds = time.perf_counter() - t0
     return g
+
+
+def table_dtype(row_next: torch.Tensor) -> torch.dtype:
+    """The table's integer width, for row_next and state_row alike (the kernels take int16 or int32 tables):
+    int16 where every code and every row index fits, else int32."""
+    lo, hi = int(row_next.min()), int(row_next.max())
+    fits = -32768 <= lo and hi <= 32767 and row_next.shape[0] <= 32767
+    return torch.int16 if fits else torch.int32
 
 
 def seed_node(registry: ToolRegistry, max_string: int):
@@ -139,23 +147,26 @@ class CompiledGrammar:
     """The compiled grammar: a factored state x token table on one device.
 
         token_class  int32 [V]       the column each token uses
-        state_row    int32 [S]       the row each state uses
-        row_next     int16 [R, C]    next-state codes (see decode_next); int32 if they need it
-        legal_count  int32 [S]       how many token ids are legal in each state
-        final        bool  [S]       the value is complete: every stop id is legal (and leads to done)
+        state_row    int16 [S]       the row each state uses  } int32 both, if codes or rows need it
+        row_next     int16 [R, C]    next-state codes (next_codes.py)  }
+        row_legal    int32 [R]       how many token ids are legal in a state of each row
+        row_final    bool  [R]       the value is complete: every stop id is legal (and leads to done)
+        targets      int32 [T]       the states absolute codes name
+    legal_count [S] and final [S] are those per state (row_legal[state_row], row_final[state_row]).
 
-    next_state(s, t) = decode_next(row_next[state_row[s], token_class[t]], s).
+    next_state(s, t) = decode_next(row_next[state_row[s], token_class[t]], s, targets).
     `class_next` materialises the plain [S, C] table of next states (-1 illegal) on demand.
     `done_state` follows a stop token; there only `eos_id` is legal, back to itself.
     """
 
-    def __init__(self, token_class, state_row, row_next, legal_count, final, start, eos_id, done_state,
+    def __init__(self, token_class, state_row, row_next, row_legal, row_final, targets, start, eos_id, done_state,
                  token_bytes, meta, automaton, stop_ids=None):
         self.token_class = token_class          # int32 [V]
-        self.state_row = state_row              # int32 [S]
+        self.state_row = state_row              # int16/int32 [S]
         self.row_next = row_next                # int16/int32 [R, C]
-        self.legal_count = legal_count          # int32 [S]
-        self.final = final                      # bool [S]
+        self.row_legal = row_legal              # int32 [R]
+        self.row_final = row_final              # bool [R]
+        self.targets = targets                  # int32 [T]
         self.start = int(start)
         self.eos_id = int(eos_id)
         self.stop_ids = tuple(stop_ids) if stop_ids is not None else (self.eos_id,)
@@ -197,11 +208,22 @@ class CompiledGrammar:
         return sum(getattr(self, k).element_size() * getattr(self, k).numel() for k in TABLES)
 
     @property
+    def legal_count(self) -> torch.Tensor:
+        """int32 [S]: how many token ids are legal in each state."""
+        return self.row_legal.index_select(0, self.state_row.long())
+
+    @property
+    def final(self) -> torch.Tensor:
+        """bool [S]: the states where the value is complete."""
+        return self.row_final.index_select(0, self.state_row.long())
+
+    @property
     def class_next(self) -> torch.Tensor:
         """int32 [S, C]: the unfactored table of next states (-1 illegal), built on first use."""
         if self._class_next is None:
             states = torch.arange(self.num_states, device=self.device)[:, None]
-            self._class_next = decode_next(self.row_next[self.state_row.long()], states).to(torch.int32)
+            self._class_next = decode_next(self.row_next[self.state_row.long()], states,
+                                           self.targets).to(torch.int32)
         return self._class_next
 
     def to(self, device) -> CompiledGrammar:
@@ -223,7 +245,7 @@ class CompiledGrammar:
         t = torch.as_tensor(tokens, device=self.device).long()
         in_vocab = (t >= 0) & (t < self.vocab_size)
         cls = self.token_class[t.clamp(0, self.vocab_size - 1)].long()
-        nxt = decode_next(self.row_next[self.state_row[s].long(), cls], s)
+        nxt = decode_next(self.row_next[self.state_row[s].long(), cls], s, self.targets)
         return torch.where(in_vocab, nxt, torch.full_like(nxt, -1))
 
     def allowed(self, states) -> torch.Tensor:
@@ -232,16 +254,16 @@ class CompiledGrammar:
         return self.row_next[self.state_row[s].long()][:, self.token_class.long()] != -1
 
     def is_final(self, states) -> torch.Tensor:
-        return self.final[self._states(states)]
+        return self.row_final[self.state_row[self._states(states)].long()]
 
     def legal_counts(self, states) -> torch.Tensor:
-        return self.legal_count[self._states(states)]
+        return self.row_legal[self.state_row[self._states(states)].long()]
 
     # --- host-side helpers -------------------------------------------------------------------
     def finish_bytes(self, state: int) -> bytes:
         """Bytes still owed from `state` for a shortest complete value ('?' fills a string's minimum)."""
         state = int(state)
-        if state == self.done_state or bool(self.final[state]):
+        if state == self.done_state or bool(self.is_final([state])[0]):
             return b""
         return self.automaton.finish_bytes(state)
 

@@ -19,8 +19,8 @@ import torch
 from .grammar import Alt, ByteSet, JsonStr, Lit, Repeat, Seq, Str
 from .tokensim import hash_vocab
 
-CACHE_FORMAT = "batchmask-grammar/3"
-TABLES = ("token_class", "state_row", "row_next", "legal_count", "final")
+CACHE_FORMAT = "batchmask-grammar/4"      # 4: absolute codes index a target list; legal count and final per row
+TABLES = ("token_class", "state_row", "row_next", "row_legal", "row_final", "targets")
 
 
 class GrammarCacheError(ValueError):
@@ -124,11 +124,13 @@ def _short(x) -> str:
 def check_tables(path, payload: dict, vocab_size: int) -> dict:
     try:
         t = {k: payload[k] for k in TABLES}
-        S, (R, C) = t["state_row"].shape[0], t["row_next"].shape
-        ok = (t["token_class"].shape == (vocab_size,) and t["legal_count"].shape == (S,)
-              and t["final"].shape == (S,) and 0 <= int(t["token_class"].min()) and int(t["token_class"].max()) < C
+        S, (R, C), T = t["state_row"].shape[0], t["row_next"].shape, t["targets"].numel()
+        ok = (t["token_class"].shape == (vocab_size,) and t["row_legal"].shape == (R,)
+              and t["row_final"].shape == (R,) and t["targets"].dim() == 1
+              and 0 <= int(t["token_class"].min()) and int(t["token_class"].max()) < C
               and 0 <= int(t["state_row"].min()) and int(t["state_row"].max()) < R
-              and int(t["row_next"].max()) < S)
+              and int(t["row_next"].max()) < T and (T == 0 or 0 <= int(t["targets"].min()))
+              and (T == 0 or int(t["targets"].max()) < S))
     except (KeyError, AttributeError, ValueError, RuntimeError, TypeError):
         ok = False
     if not ok:

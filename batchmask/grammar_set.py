@@ -4,7 +4,7 @@
     BatchMasker(table, B).reset(rows, starts=...)   each row starts (and stays) inside its own grammar
 
 The masker and kernels read the combined table unchanged: it is one more factored table
-(token_class [V], state_row [S], row_next [R, C]) whose state space is the grammars' state spaces
+(token_class [V], state_row [S], row_next [R, C], targets [T]) whose state space is the grammars' state spaces
 side by side. How it is built, without a loop over tokens or states:
 
   * joint token classes: two tokens share a column iff they share a class in every grammar
@@ -13,11 +13,12 @@ side by side. How it is built, without a loop over tokens or states:
   * states: grammar g's states 0..S_g-2 land at offset O_g; the done states (the compiler puts done
     last, and after a stop id every grammar's done row is the same: only eos, back to done) merge
     into one shared done state D at the end, so the kernels' single `done_state` holds;
-  * codes (batchmask/next_codes.py): absolute codes (>= 0) move by O_g (done_g -> D); relative codes
-    (<= -2) and -1 are unchanged, since they only ever name a state of their own grammar's block;
-  * rows: grammar g's rows re-indexed and re-coded, stacked, and equal rows stored once; a row only
-    one state uses has its forward moves made relative first, so the many rows that behave alike in
-    several grammars (the same tool's arguments, like values) no longer differ by where their grammar
+  * codes (batchmask/next_codes.py): the target lists are joined (grammar g's targets move by O_g,
+    done_g -> D, stored once) and absolute codes (>= 0) move by where g's list starts; relative codes
+    (<= -2) and -1 are unchanged, since they only ever name a state of their own grammar;
+  * rows: grammar g's rows re-indexed and re-coded, stacked, and equal rows stored once: the compiler
+    made the forward moves of rows one state uses relative, so the many rows that behave alike in
+    several grammars (the same tool's arguments, like values) do not differ by where their grammar
     sits, and are stored once.
 
 `combine([g])` is `g` itself: a single grammar costs nothing. Host-side queries (finish_bytes,
@@ -31,7 +32,7 @@ from collections.abc import Sequence
 import torch
 
 from .classes import classes_of, first_of_each, in_first_use_order
-from .compiler import CompiledGrammar
+from .compiler import CompiledGrammar, table_dtype
 
 __all__ = ["GrammarSet", "GrammarSetError", "combine", "starts_of"]
 
@@ -122,28 +123,6 @@ def _share_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return row_id, rows.index_select(0, rep.index_select(0, order))
 
 
-def _relative_rows(r: torch.Tensor, state_row: torch.Tensor, done: int) -> torch.Tensor:
-    """Forward moves of rows used by one state only, as relative codes (next_codes.py), in place.
-
-    Such a row then no longer names where its grammar sits among the others, so rows of different grammars
-    (or of one) that behave alike from their state on become equal and are stored once. Rows several
-    states share keep their absolute codes (the same target from each), and so do moves to lower states
-    and to done."""
-    R = r.shape[0]
-    sr = state_row.to(torch.int64)
-    uses = torch.bincount(sr, minlength=R)                                                    # [R]
-    owner = torch.full((R,), -1, dtype=torch.int64, device=r.device)
-    owner.scatter_(0, sr, torch.arange(len(sr), device=r.device))                             # [R]
-    one = torch.nonzero(uses == 1).flatten()
-    if len(one) == 0:
-        return r
-    sub = r.index_select(0, one)                                                              # [k, C]
-    s = owner.index_select(0, one).to(sub.dtype)[:, None]                                     # [k, 1]
-    fwd = (sub > s) & (sub != done)
-    r.index_copy_(0, one, torch.where(fwd, -2 - (sub - s), sub))
-    return r
-
-
 class GrammarSet(CompiledGrammar):
     """Grammars side by side in one factored table (build with combine()).
 
@@ -168,19 +147,27 @@ class GrammarSet(CompiledGrammar):
         for n in sizes[:-1]:
             offsets.append(offsets[-1] + n)
         done = offsets[-1] + sizes[-1]
-        # each grammar's rows, re-indexed by the joint classes and re-coded into the combined states,
-        # written into one buffer (int32: the combined state space is large; kept int16 if it fits)
-        row_base = [0]
+        # each grammar's rows, re-indexed by the joint classes, its absolute codes moved past the grammars
+        # before it in one target list, written into one buffer (int32, then int16 if it fits)
+        row_base, target_base = [0], [0]
         for g in grammars:
             row_base.append(row_base[-1] + g.num_rows)
+            target_base.append(target_base[-1] + g.targets.numel())
         rows = torch.empty((row_base[-1], len(rep)), dtype=torch.int32, device=dev)           # [sum R_g, C]
-        for g, off, base in zip(grammars, offsets, row_base):
+        for g, base, tbase in zip(grammars, row_base, target_base):
             r = rows[base:base + g.num_rows]
             r.copy_(g.row_next.index_select(1, g.token_class.to(torch.int64).index_select(0, rep)))
-            _relative_rows(r, g.state_row, g.done_state)
-            r.add_((r >= 0).to(torch.int32) * off)
-            r.masked_fill_(r == g.done_state + off, done)
+            r.add_((r >= 0).to(torch.int32) * tbase)
+        targets = torch.cat([torch.where(g.targets == g.done_state, done, g.targets.to(torch.int64) + off)
+                             for g, off in zip(grammars, offsets)])                         # [sum T_g]
+        targets, inverse = torch.unique(targets, return_inverse=True)    # the done state once
+        rows = torch.where(rows >= 0, inverse.to(torch.int32).index_select(0, rows.clamp(min=0).view(-1))
+                           .view_as(rows), rows)
         row_id, row_next = _share_rows(rows)
+        row_legal = torch.empty(row_next.shape[0], dtype=torch.int32, device=dev)
+        row_final = torch.empty(row_next.shape[0], dtype=torch.bool, device=dev)
+        row_legal[row_id] = torch.cat([g.row_legal.to(torch.int32) for g in grammars])      # equal rows: equal
+        row_final[row_id] = torch.cat([g.row_final for g in grammars])
         parts, done_rows = [], set()
         for g, base in zip(grammars, row_base):
             sr = row_id.index_select(0, g.state_row.to(torch.int64) + base)                  # [S_g]
@@ -189,14 +176,11 @@ class GrammarSet(CompiledGrammar):
         if len(done_rows) != 1:
             raise GrammarSetError("combine: the grammars' done states differ (another stop rule?)")
         state_row = torch.cat(parts + [torch.tensor(sorted(done_rows), device=dev)])         # [S]
-        legal_count = torch.cat([g.legal_count[:-1] for g in grammars] + [g0.legal_count[-1:]])
-        final = torch.cat([g.final[:-1] for g in grammars] + [g0.final[-1:]])
-        lo, hi = int(row_next.min()), int(row_next.max())
-        store = torch.int16 if -32768 <= lo and hi <= 32767 else torch.int32
         meta = {"format": "batchmask-grammar-set", "vocab_hash": (g0.meta or {}).get("vocab_hash"),
                 "grammars": [g.meta for g in grammars]}
-        super().__init__(joint.to(torch.int32), state_row.to(torch.int32), row_next.to(store),
-                         legal_count.to(torch.int32), final, offsets[0] + g0.start, g0.eos_id, done,
+        width = table_dtype(row_next)
+        super().__init__(joint.to(torch.int32), state_row.to(width), row_next.to(width),
+                         row_legal, row_final, targets.to(torch.int32), offsets[0] + g0.start, g0.eos_id, done,
                          g0.token_bytes, meta, None, stop_ids=g0.stop_ids)
         self.state_offset = offsets
         self.starts = [off + g.start for g, off in zip(grammars, offsets)]

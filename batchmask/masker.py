@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from batchmask.kernels import choose_cpu, mask_cpu, mask_torch
-from batchmask.kernels.tables import Rows, Tables, make_tables
+from batchmask.kernels.tables import Rows, Tables, legal_counts, make_tables
 
 LOGIT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -63,7 +63,7 @@ class BatchMasker:
             self._torch = SimpleNamespace(mask_logits_=mask_cpu.mask_logits_, advance_=mask_cpu.advance_,
                                           sample_=choose_cpu.sample_)
             mask_cpu.sides_of(self.tables).groups(np.array([self.start]))  # the start row, now
-        self._start_count = int(self.tables.legal_count[self.start])
+        self._start_count = int(legal_counts(torch.tensor([self.start], device=self.device), self.tables)[0])
 
         B, dev = batch_size, self.device
         self.rows = Rows(
@@ -73,7 +73,7 @@ class BatchMasker:
             fault=torch.zeros(B, 3, dtype=torch.int64, device=dev),                   # [B, 3]
             key=torch.arange(B, dtype=torch.int64, device=dev),                       # [B] draw keys
         )
-        self.legal_counts = self.tables.legal_count.index_select(0, self.rows.state)  # int32 [B], last step
+        self.legal_counts = legal_counts(self.rows.state, self.tables)  # int32 [B], last step
         self._tokens = torch.empty(B, dtype=torch.int64, device=dev)
 
     # ------------------------------------------------------------------------------------------------------
@@ -122,7 +122,7 @@ class BatchMasker:
             raise ValueError(f"reset: starts {starts.tolist()} are not all start states of the grammar "
                              f"({allowed.tolist()})")
         self.rows.state.index_copy_(0, idx, starts.to(torch.int32))
-        self.legal_counts = self.legal_counts.index_copy(0, idx, self.tables.legal_count.index_select(0, starts))
+        self.legal_counts = self.legal_counts.index_copy(0, idx, legal_counts(starts, self.tables))
 
     # ------------------------------------------------------------------------------------------------------
     # the decoding step
@@ -281,17 +281,18 @@ def _range(x: torch.Tensor) -> tuple[int, int]:
     return int(x.min()), int(x.max())
 
 
-def _highest_next(row_next: torch.Tensor, state_row: torch.Tensor) -> int:
-    """The highest decoded next state of a factored table: the highest absolute code in any row, and per state
-    the target of its row's lowest relative code (the target grows with the state). O(R*C + S), never the
-    decoded [S, C] (a combined table of many grammars has a million states). On the CPU the rows' minima and the
-    maximum come from one read of row_next, a block of rows at a time while it is in cache (a combined table
-    is ~170 MB: two full reductions cost twice the memory traffic; torch's fused aminmax was slower still)."""
+def _highest_next(row_next: torch.Tensor, state_row: torch.Tensor, targets: torch.Tensor) -> tuple[int, int]:
+    """(highest absolute code, highest decoded next state) of a factored table: absolute codes name targets;
+    per state, its row's lowest relative code gives its furthest move (the target grows with the state).
+    O(R*C + S), never the decoded [S, C] (a combined table of many grammars has a million states). On the CPU
+    the rows' minima and the maximum come from one read of row_next, a block of rows at a time while it is in
+    cache (two full reductions cost twice the memory traffic; torch's fused aminmax was slower still)."""
+    top = int(targets.max()) if targets.numel() else -1
     if row_next.device.type != "cpu":
         row_lo = row_next.amin(1).long().index_select(0, state_row.long())  # [S]
         states = torch.arange(state_row.numel(), device=row_next.device)
         jump = torch.where(row_lo <= -2, states - 2 - row_lo, -1)  # [S]
-        return max(int(row_next.amax()), int(jump.max()))
+        return int(row_next.amax()), max(top, int(jump.max()))
     a = row_next.numpy()
     lo = np.empty(a.shape[0], dtype=a.dtype)  # [R]
     hi = -1
@@ -302,33 +303,39 @@ def _highest_next(row_next: torch.Tensor, state_row: torch.Tensor) -> int:
         hi = max(hi, int(block.max()))
     lo_s = lo[state_row.numpy()].astype(np.int64)  # [S]
     jump = np.where(lo_s <= -2, np.arange(lo_s.size) - 2 - lo_s, -1)  # [S]
-    return max(hi, int(jump.max()))
+    return hi, max(top, int(jump.max()))
 
 
 def _device_tables(grammar, device: torch.device) -> Tables:
     """Copy the grammar's tables to the device in the kernels' dtypes, checking them against the contract.
 
-    A CompiledGrammar brings its factored table (state_row [S], row_next [R, C] of next-state codes); any
-    other grammar object a plain class_next [S, C] (the special case state_row = arange(S))."""
+    A CompiledGrammar brings its factored table (state_row [S], row_next [R, C] of next-state codes, row_legal
+    [R], targets [T]); any other grammar object a plain class_next [S, C] with legal_count [S] (the special case
+    state_row = arange(S), targets = arange(S))."""
     token_class = grammar.token_class.to(device=device, dtype=torch.int32).contiguous()  # [V]
-    legal_count = grammar.legal_count.to(device=device, dtype=torch.int32).contiguous()  # [S]
     if hasattr(grammar, "row_next"):
         name, row_next = "row_next", grammar.row_next.to(device).contiguous()  # [R, C]
-        state_row = grammar.state_row.to(device=device, dtype=torch.int32).contiguous()  # [S]
+        state_row = grammar.state_row.to(device).contiguous()  # [S]
+        row_legal = grammar.row_legal.to(device=device, dtype=torch.int32).contiguous()  # [R]
+        targets = grammar.targets.to(device=device, dtype=torch.int32).contiguous()  # [T]
+        S = state_row.numel()
     else:
         name, row_next = "class_next", grammar.class_next.to(device).contiguous()  # [S, C]
-        state_row = None
+        state_row = targets = None
+        row_legal = grammar.legal_count.to(device=device, dtype=torch.int32).contiguous()  # [S]
+        S = row_next.shape[0] if row_next.dim() == 2 else 0
     if row_next.dtype not in (torch.int16, torch.int32):
         raise GrammarTableError(f"{name} must be int16 or int32, got {row_next.dtype}")
     if row_next.dim() != 2:
         raise GrammarTableError(f"{name} must be 2-D, got shape {list(row_next.shape)}")
     R, C = row_next.shape
-    S = legal_count.numel() if state_row is not None else R
     V = token_class.numel()
     if token_class.dim() != 1 or V != grammar.vocab_size:
         raise GrammarTableError(f"token_class must be [{grammar.vocab_size}], got {list(token_class.shape)}")
-    if legal_count.shape != (S,):
-        raise GrammarTableError(f"legal_count must be [{S}] (one per state), got {list(legal_count.shape)}")
+    if row_legal.shape != (R,):
+        what = "row_legal must be [{R}] (one per row)" if state_row is not None else "legal_count must be [{R}] " \
+            "(one per state)"
+        raise GrammarTableError(what.format(R=R) + f", got {list(row_legal.shape)}")
     lo, hi = _range(token_class)
     if lo < 0 or hi >= C:
         raise GrammarTableError(f"token_class values must be in [0, {C}), got [{lo}, {hi}]")
@@ -336,7 +343,13 @@ def _device_tables(grammar, device: torch.device) -> Tables:
         row_range = _range(state_row) if state_row.shape == (S,) else (-1, -1)
         if not 0 <= row_range[0] <= row_range[1] < R:
             raise GrammarTableError(f"state_row must be [{S}] with values in [0, {R})")
-        lo, hi = -1, _highest_next(row_next, state_row)  # decoded codes are >= -1
+        if targets.dim() != 1 or (targets.numel() and int(targets.min()) < 0):
+            raise GrammarTableError(f"targets must be a 1-D list of states, got shape {list(targets.shape)}")
+        top_code, hi = _highest_next(row_next, state_row, targets)
+        if top_code >= targets.numel():
+            raise GrammarTableError(f"row_next absolute codes must be in [0, {targets.numel()}) (the target "
+                                    f"list), got {top_code}")
+        lo = -1  # decoded codes are >= -1
     else:
         lo, hi = _range(row_next)
     if lo < -1 or hi >= S:
@@ -346,8 +359,14 @@ def _device_tables(grammar, device: torch.device) -> Tables:
             raise GrammarTableError(f"{attr} = {getattr(grammar, attr)} is not a state (S = {S})")
     if not 0 <= int(grammar.eos_id) < V:
         raise GrammarTableError(f"eos_id = {grammar.eos_id} is not a token id (V = {V})")
-    return make_tables(token_class, None if state_row is not None else row_next, legal_count,
-                       int(grammar.done_state), int(grammar.eos_id), state_row=state_row, row_next=row_next)
+    if state_row is None:
+        return make_tables(token_class, row_next, row_legal, int(grammar.done_state), int(grammar.eos_id))
+    if state_row.dtype.is_floating_point or state_row.dtype == torch.bool:
+        raise GrammarTableError(f"state_row must be integers, got {state_row.dtype}")
+    width = row_next.dtype if R <= 32767 or row_next.dtype == torch.int32 else torch.int32
+    row_next, state_row = row_next.to(width).contiguous(), state_row.to(width).contiguous()  # one table width
+    return make_tables(token_class, None, None, int(grammar.done_state), int(grammar.eos_id), state_row=state_row,
+                       row_next=row_next, row_legal=row_legal, targets=targets)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -1,12 +1,17 @@
 """The next-state code: how one entry of the factored table names the state a token leads to.
 
-    code >= 0     the next state, absolute
+    code >= 0     absolute: next = targets[code], the grammar's list of absolute targets (int32 [T])
     code == -1    the token is illegal here
     code <= -2    relative: next = state - 2 - code (so code = -2 - (next - state))
 
-Relative codes let states that behave alike up to a shift (deep inside a long value) share one
-row of the table. This module is the one place the rule is written; the compiler encodes with
-`encode_relative`, the torch and numpy maskers decode with `decode_next`/`decode_next_np`, and the
+Relative codes let states that behave alike up to a shift (deep inside a long value, or two equal
+runs of literal text) share one row of the table. Absolute codes go through a short list so that
+they stay small whatever the number of states: a grammar with 100K states has a few thousand
+distinct absolute targets (explicit states, where values begin and end), so codes fit int16 and
+the table costs half. A plain [S, C] table is the special case targets = arange(S).
+
+This module is the one place the rule is written; the compiler encodes with `encode_relative` and
+`encode_targets`, the torch and numpy maskers decode with `decode_next`/`decode_next_np`, and the
 Triton kernel keeps a jitted copy of the same line that tests/test_kernels.py checks against it.
 """
 from __future__ import annotations
@@ -22,12 +27,28 @@ def encode_relative(targets: torch.Tensor, states: torch.Tensor) -> torch.Tensor
     return -2 - (targets - states)
 
 
-def decode_next(codes: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
-    """int64 next states (-1 illegal) from codes and the states they were read in (broadcasting)."""
+def encode_targets(codes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Codes whose absolute entries are states -> (the same codes with absolute entries as indices into
+    the target list, the list: int64 [T], sorted, each target once)."""
+    absolute = codes >= 0
+    top = int(codes.max()) + 1 if codes.numel() else 0
+    used = torch.zeros(max(top, 1), dtype=torch.bool, device=codes.device)
+    used[codes[absolute].long()] = True                                       # [top]
+    targets = torch.nonzero(used).flatten()                                   # sorted
+    index = (torch.cumsum(used, 0) - 1).to(codes.dtype)                       # state -> its place in targets
+    return torch.where(absolute, index[codes.clamp(min=0).long()], codes), targets
+
+
+def decode_next(codes: torch.Tensor, states: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """int64 next states (-1 illegal) from codes, the states they were read in (broadcasting), and the
+    grammar's target list."""
     codes = codes.long()
-    return torch.where(codes >= ILLEGAL, codes, states.long() - 2 - codes)
+    absolute = targets.long().index_select(0, codes.clamp(min=0).flatten()).view_as(codes) \
+        if targets.numel() else torch.zeros_like(codes)
+    return torch.where(codes >= 0, absolute, torch.where(codes == ILLEGAL, codes, states.long() - 2 - codes))
 
 
-def decode_next_np(codes: np.ndarray, states: np.ndarray) -> np.ndarray:
+def decode_next_np(codes: np.ndarray, states: np.ndarray, targets: np.ndarray) -> np.ndarray:
     """The same rule on numpy arrays (the CPU fast path works on numpy views)."""
-    return np.where(codes >= ILLEGAL, codes, states - 2 - codes)
+    absolute = targets[np.maximum(codes, 0)] if targets.size else np.zeros_like(codes)
+    return np.where(codes >= 0, absolute, np.where(codes == ILLEGAL, codes, states - 2 - codes))

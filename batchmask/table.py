@@ -5,7 +5,10 @@ states repeat by shift. So the table is stored as
 
     token_class  [V]      the column each token uses
     state_row    [S]      the row each state uses
-    row_next     [R, C]   next-state codes (next_codes.py): absolute, -1 illegal, or relative
+    row_next     [R, C]   next-state codes (next_codes.py): absolute (an index into targets), -1
+                          illegal, or relative
+    targets      [T]      the states absolute codes name
+    row_legal    [R], row_final [R]   legal token ids, and whether the end may follow, per row
 
 How the columns are found without ever building S x V:
   * explicit states are simulated byte by byte on the tokens that survive their first byte
@@ -24,7 +27,7 @@ import torch
 
 from .automaton import Automaton, byte_table
 from .classes import classes_of, column_classes, first_of_each, in_first_use_order, refine
-from .next_codes import encode_relative
+from .next_codes import encode_relative, encode_targets
 from .tokensim import STAYS, STOPS, ByteSteps, VocabPrep, after_stops, explicit_columns
 from .values import close_ok, stays_ok
 
@@ -122,7 +125,9 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     if not bool(dead):
         codes = torch.where(within, encode_relative(value_rows, value_ids[:, None]), value_rows).to(torch.int32)
         v_row, v_uniq = classes_of(codes)                                              # equal cell rows once
-        allc = torch.cat([ex_rows, codes[v_uniq][:, spread], done_row])                # [E + Rv + 1, C]
+        ex_codes = torch.where(_forward(ex_rows, explicit[:, None], done),
+                               encode_relative(ex_rows, explicit[:, None]), ex_rows).to(torch.int32)
+        allc = torch.cat([ex_codes, codes[v_uniq][:, spread], done_row])               # [E + Rv + 1, C]
         row_of, uniq = classes_of(allc)
         row_next = allc[uniq]
         state_row[explicit] = row_of[:E]
@@ -140,12 +145,14 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
         full = _prune_dead_ends(full, class_size, finals)
         relative = torch.zeros_like(full, dtype=torch.bool)
         relative[value_ids] = within[:, spread]
+        relative[explicit] = _forward(full[explicit], explicit[:, None], done)
         relative &= full >= 0
         states = torch.arange(S + 1, device=dev)[:, None]
         codes = torch.where(relative, encode_relative(full, states), full)
         state_row, uniq = classes_of(codes)
         row_next = codes[uniq]
     assert int(state_row.min()) >= 0, "every state has a row"
+    row_next, targets = encode_targets(row_next)
     # Merge classes whose columns came out equal (keys are sufficient, not necessary), then number
     # classes and rows by first use, so equal grammars give equal tables whatever the hashing did.
     merged, col_rep = column_classes(row_next)
@@ -157,8 +164,23 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     final = torch.zeros(S + 1, dtype=torch.bool, device=dev)
     final[acc] = True
     final[done] = True
-    return dict(token_class=token_class, state_row=state_row, row_next=row_next, legal_count=row_legal[state_row],
-                final=final, done_state=done)
+    row_final = torch.zeros(row_next.shape[0], dtype=torch.bool, device=dev)
+    row_final[state_row[final]] = True
+    assert torch.equal(row_final[state_row], final), "accepting is a property of the row (its stop moves)"
+    return dict(token_class=token_class, state_row=state_row, row_next=row_next, row_legal=row_legal,
+                row_final=row_final, targets=targets, done_state=done)
+
+
+# An explicit state's forward moves (not to `done`) are stored relative when they reach no further than
+# this: equal runs of literal text (a key's chain, an enum value, an array's separators) then have equal
+# rows wherever they sit, and the codes stay within int16 (next_codes.py). Block cells' moves out of their
+# value stay absolute: the same target from every far cell, which is what lets those cells share a row.
+RELATIVE_REACH = 32000
+
+
+def _forward(moves: torch.Tensor, states: torch.Tensor, done: int) -> torch.Tensor:
+    """bool, moves' shape: which moves (next states, -1 illegal) from `states` are stored relative."""
+    return (moves > states) & (moves != done) & (moves - states <= RELATIVE_REACH)
 
 
 def _value_rows(aut, sigs, after_ev, blocks_of, rep, far, dev):

@@ -247,7 +247,7 @@ def check_grammar(name: str, g, dtype, pad: int, B: int, plan: Plan, seed: int) 
         if not torch.equal(logits.view(BITS[dtype]), before.view(BITS[dtype])):
             bad.append(f"{what}: the logits were modified")
         # independent of both: every sampled token of a row that has a legal token is legal
-        live = t.legal_count.index_select(0, rows.state) > 0
+        live = t.row_legal.index_select(0, t.state_row.index_select(0, rows.state).long()) > 0
         nxt = t.class_next.long()[rows.state.long(), t.token_class.long()[ta.clamp(0, V - 1)]]
         if bool((live & ((nxt < 0) | (ta >= V))).any()):
             bad.append(f"{what}: the torch reference sampled an illegal token")

@@ -62,8 +62,8 @@ def tool_sets(n: int, per_set: int, seed: int = 0) -> list[ToolRegistry]:
 
 def masker_bytes(m: BatchMasker) -> int:
     t = m.tables
-    return sum(x.numel() * x.element_size() for x in (t.token_class, t.state_row, t.row_next, t.legal_count,
-                                                      t.class_first_token))
+    return sum(x.numel() * x.element_size() for x in (t.token_class, t.state_row, t.row_next, t.row_legal,
+                                                      t.targets, t.class_first_token))
 
 
 def measure_compile(regs, tokenizer, device) -> tuple[list, dict]:

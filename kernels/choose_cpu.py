@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from batchmask.kernels import gumbel, mask_torch, rng
 from batchmask.kernels.mask_cpu import advance_, mask_logits_, row_entries, sides_of
-from batchmask.kernels.tables import Rows, Tables, first_legal_token, legal_mask, next_states, row_ids
+from batchmask.kernels.tables import Rows, Tables, first_legal_token, legal_counts, legal_mask, next_states, row_ids
 
 from batchmask.next_codes import ILLEGAL
 
@@ -108,7 +108,7 @@ def _greedy(logits: torch.Tensor, state: torch.Tensor, t: Tables, redo: list) ->
 def _legal_at(state: torch.Tensor, t: Tables):
     """allowed(row, ids) for the grammar: row int64 [n], ids int64 [n, K] -> bool [n, K] legal in row's state."""
     def allowed(row: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        codes = t.row_next.index_select(0, t.state_row.index_select(0, state.index_select(0, row)))  # [n, C]
+        codes = t.row_next.index_select(0, t.state_row.index_select(0, state.index_select(0, row)).long())  # [n, C]
         return codes.gather(1, t.token_class.index_select(0, ids.view(-1)).view_as(ids).long()) != ILLEGAL
     return allowed
 
@@ -235,7 +235,7 @@ def sample_(logits: torch.Tensor, rows: Rows, t: Tables, temperature: float = 0.
         return mask_torch.sample_(logits, rows, t, temperature, top_p, seed, rows_per_chunk, advance)
     B, V = logits.shape[0], t.vocab_size
     chunk = rows_per_chunk or max(1, (1 << 22) // V)
-    counts = t.legal_count.index_select(0, rows.state)  # [B] legal counts before the move
+    counts = legal_counts(rows.state, t)  # [B] legal counts before the move
     tokens = torch.cat([choose_tokens(logits[r:r + chunk], rows.state[r:r + chunk], rows.step[r:r + chunk], t,
                                       temperature, top_p, seed, ids=row_ids(rows, r, min(chunk, B - r)))
                         for r in range(0, B, chunk)])  # [B]

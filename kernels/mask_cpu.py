@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from batchmask.kernels import mask_torch
 from batchmask.kernels.short_sides import ShortSides
-from batchmask.kernels.tables import Rows, Tables
+from batchmask.kernels.tables import Rows, Tables, legal_counts
 
 from batchmask.next_codes import decode_next_np
 
@@ -34,10 +34,10 @@ def sides_of(t: Tables) -> ShortSides:
 
 
 def _np(t: Tables) -> tuple:
-    """(token_class, state_row, row_next) as numpy views, kept on the tables."""
+    """(token_class, state_row, row_next, targets) as numpy views, kept on the tables."""
     cached = getattr(t, "_np", None)
     if cached is None:
-        cached = t._np = tuple(x.numpy() for x in (t.token_class, t.state_row, t.row_next))
+        cached = t._np = tuple(x.numpy() for x in (t.token_class, t.state_row, t.row_next, t.targets))
     return cached
 
 
@@ -121,7 +121,7 @@ def mask_logits_(logits: torch.Tensor, state: torch.Tensor, t: Tables) -> torch.
     x = logits[:, :t.vocab_size]
     if bool(torch.isnan(x.sum())):
         x.masked_fill_(torch.isnan(x), NEG_INF)
-    return t.legal_count.index_select(0, state)  # [B]
+    return legal_counts(state, t)  # [B]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -134,13 +134,13 @@ def advance_(tokens: torch.Tensor, rows: Rows, t: Tables) -> None:
                                                                           rows.fault)):
         mask_torch.advance_(tokens, rows, t)
         return
-    token_class, state_row, row_next = _np(t)[:3]
+    token_class, state_row, row_next, targets = _np(t)[:4]
     V, H = t.vocab_size, rows.history.shape[1]
     tok = tokens.numpy().astype(np.int64, copy=False)                    # [B]
     state, step = rows.state.numpy(), rows.step.numpy()                  # [B] int32 views
     clamped = np.clip(tok, 0, V - 1)
     code = row_next[state_row[state], token_class[clamped]].astype(np.int64)
-    nxt = decode_next_np(code, state)
+    nxt = decode_next_np(code, state, targets)
     ok = (nxt >= 0) & (clamped == tok)
     moved = ok & (state != t.done_state)
     write = np.flatnonzero(moved & (step < H))

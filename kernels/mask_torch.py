@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 from batchmask.kernels import gumbel, rng
-from batchmask.kernels.tables import Rows, Tables, first_legal_token, legal_mask, next_states, row_ids
+from batchmask.kernels.tables import Rows, Tables, first_legal_token, legal_counts, legal_mask, next_states, row_ids
 
 NEG_INF = float("-inf")
 
@@ -33,7 +33,7 @@ def mask_logits_(logits: torch.Tensor, state: torch.Tensor, t: Tables) -> torch.
     x.masked_fill_(~legal_mask(state, t) | torch.isnan(x), NEG_INF)
     if logits.shape[1] > V:
         logits[:, V:].fill_(NEG_INF)  # ids the model has but the tokenizer does not
-    return t.legal_count.index_select(0, state)  # [B]
+    return legal_counts(state, t)  # [B]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -146,7 +146,7 @@ def sample_(logits: torch.Tensor, rows: Rows, t: Tables, temperature: float = 0.
     Rows go in chunks so the [b, V] temporaries stay a few MB; a row's draw does not depend on the chunking."""
     B, V = logits.shape[0], t.vocab_size
     chunk = rows_per_chunk or max(1, (1 << 21) // V)
-    counts = t.legal_count.index_select(0, rows.state)  # [B] legal counts before the move
+    counts = legal_counts(rows.state, t)  # [B] legal counts before the move
     tokens = torch.cat([
         choose_tokens(logits[r:r + chunk], rows.state[r:r + chunk], rows.step[r:r + chunk], t, temperature,
                       top_p, seed, ids=row_ids(rows, r, min(chunk, B - r)))

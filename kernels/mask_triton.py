@@ -4,7 +4,7 @@ Triton kernels for the batch masker: one launch masks, samples and advances the 
 Each kernel has a plain torch twin in `mask_torch.py` that it must equal (tests/test_kernels.py):
   mask      one program per (row, block of V'):  logits = -inf where row_next[state_row[state], token_class[v]] == -1
             (and where a legal logit is NaN)
-  advance   one program per block of rows:       state = decode(that code for the token), fault on -1
+  advance   one program per block of rows:       state = decode(that code for the token, targets), fault on -1
   sample    one program per row: greedy scans V in tiles for the first legal maximum; sampled scans V once for
             each noise block's G (gumbel.py: logsumexp + Gumbel noise, kept in a [B, nb] scratch), then visits
             the best block and any other whose G could still win; then writes the token and advances the row
@@ -68,28 +68,30 @@ def _code(state_row_ptr, row_next_ptr, s, cls, C, mask):
 
 
 @triton.jit
-def _decode_next(code, s):
+def _decode_next(code, s, targets_ptr):
     # batchmask.next_codes.decode_next, jitted (tests/test_kernels.py checks the two agree on every kind)
-    return tl.where(code >= -1, code, s - 2 - code)
+    absolute = tl.load(targets_ptr + tl.maximum(code, 0), mask=code >= 0, other=0)
+    return tl.where(code >= 0, absolute, tl.where(code == -1, -1, s - 2 - code))
 
 
 @triton.jit
-def _decode_kernel(codes_ptr, states_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    # test hook: out[i] = _decode_next(codes[i], states[i])
+def _decode_kernel(codes_ptr, states_ptr, targets_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    # test hook: out[i] = _decode_next(codes[i], states[i], targets)
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     code = tl.load(codes_ptr + i, mask=i < n, other=-1)
-    tl.store(out_ptr + i, _decode_next(code, tl.load(states_ptr + i, mask=i < n, other=0)), mask=i < n)
+    tl.store(out_ptr + i, _decode_next(code, tl.load(states_ptr + i, mask=i < n, other=0), targets_ptr),
+             mask=i < n)
 
 
 @triton.jit
 def _advance_rows(row, tok, live, state_ptr, step_ptr, hist_ptr, fault_ptr, token_class_ptr, state_row_ptr,
-                  row_next_ptr, V, C, H, done_state):
+                  row_next_ptr, targets_ptr, V, C, H, done_state):
     # row: int32, tok: int64, live: bool -- all the same shape (a scalar or a block of rows)
     s = tl.load(state_ptr + row, mask=live, other=0)
     in_vocab = (tok >= 0) & (tok < V)  # a padded or negative id is illegal, never an out-of-bounds read
     cls = tl.load(token_class_ptr + tl.where(in_vocab, tok, 0), mask=live & in_vocab, other=0)
     code = _code(state_row_ptr, row_next_ptr, s, cls, C, live & in_vocab)
-    nxt = _decode_next(code, s)
+    nxt = _decode_next(code, s, targets_ptr)
     ok = nxt >= 0  # out-of-vocabulary ids read -1 above
     moved = ok & (s != done_state)  # a finished row repeating EOS adds nothing to its text
     step = tl.load(step_ptr + row, mask=live, other=0)
@@ -106,12 +108,12 @@ def _advance_rows(row, tok, live, state_ptr, step_ptr, hist_ptr, fault_ptr, toke
 
 @triton.jit
 def _advance_kernel(tokens_ptr, B, state_ptr, step_ptr, hist_ptr, fault_ptr, token_class_ptr, state_row_ptr,
-                    row_next_ptr, V, C, H, done_state, BLOCK_B: tl.constexpr):
+                    row_next_ptr, targets_ptr, V, C, H, done_state, BLOCK_B: tl.constexpr):
     row = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     live = row < B
     tok = tl.load(tokens_ptr + row, mask=live, other=0).to(tl.int64)
     _advance_rows(row, tok, live, state_ptr, step_ptr, hist_ptr, fault_ptr, token_class_ptr, state_row_ptr,
-                  row_next_ptr, V, C, H, done_state)
+                  row_next_ptr, targets_ptr, V, C, H, done_state)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -119,7 +121,7 @@ def _advance_kernel(tokens_ptr, B, state_ptr, step_ptr, hist_ptr, fault_ptr, tok
 
 @triton.jit
 def _mask_kernel(logits_ptr, stride_row, counts_ptr, state_ptr, token_class_ptr, state_row_ptr, row_next_ptr,
-                 legal_count_ptr, V, V_padded, C, BLOCK_V: tl.constexpr):
+                 row_legal_ptr, V, V_padded, C, BLOCK_V: tl.constexpr):
     row = tl.program_id(0)
     blk = tl.program_id(1)
     s = tl.load(state_ptr + row)
@@ -134,7 +136,7 @@ def _mask_kernel(logits_ptr, stride_row, counts_ptr, state_ptr, token_class_ptr,
     neg_inf = tl.full([BLOCK_V], float("-inf"), logits_ptr.dtype.element_ty)
     tl.store(ptrs, neg_inf, mask=(v < V_padded) & ((code == -1) | (x != x)))
     if blk == 0:
-        tl.store(counts_ptr + row, tl.load(legal_count_ptr + s))
+        tl.store(counts_ptr + row, tl.load(row_legal_ptr + r))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -168,7 +170,7 @@ def _tile(row_logits, state_r, token_class_ptr, row_next_ptr, v, V, C, inv_temp,
 @triton.jit(do_not_specialize=["seed_key"])
 def _sample_kernel(logits_ptr, stride_row, tokens_ptr, counts_ptr,
                    state_ptr, step_ptr, hist_ptr, fault_ptr, key_ptr,
-                   token_class_ptr, state_row_ptr, row_next_ptr, legal_count_ptr, scratch_ptr,
+                   token_class_ptr, state_row_ptr, row_next_ptr, targets_ptr, row_legal_ptr, scratch_ptr,
                    V, C, H, NB, done_state, eos_id, inv_temp, seed_key,
                    GREEDY: tl.constexpr, BLOCKS: tl.constexpr, K: tl.constexpr):
     # one program per row; the vocabulary in tiles of BLOCKS noise blocks of K ids. scratch: float32 [B, NB],
@@ -246,9 +248,9 @@ def _sample_kernel(logits_ptr, stride_row, tokens_ptr, counts_ptr,
     # no finite legal logit: the first legal token; no legal token at all: EOS (the advance flags it)
     tok = tl.where(any_finite > 0, tok, tl.where(first_legal < BIG, first_legal, eos_id)).to(tl.int64)
     tl.store(tokens_ptr + row, tok)
-    tl.store(counts_ptr + row, tl.load(legal_count_ptr + s))
+    tl.store(counts_ptr + row, tl.load(row_legal_ptr + r))
     _advance_rows(row, tok, row >= 0, state_ptr, step_ptr, hist_ptr, fault_ptr, token_class_ptr, state_row_ptr,
-                  row_next_ptr, V, C, H, done_state)
+                  row_next_ptr, targets_ptr, V, C, H, done_state)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -267,7 +269,7 @@ def mask_logits_(logits: torch.Tensor, state: torch.Tensor, t: Tables, counts: t
     block_v = min(block_v, triton.next_power_of_2(V_padded))
     grid = (B, triton.cdiv(V_padded, block_v))
     _mask_kernel[grid](logits, logits.stride(0), counts, state, t.token_class, t.state_row, t.row_next,
-                       t.legal_count, t.vocab_size, V_padded, t.num_classes, BLOCK_V=block_v)
+                       t.row_legal, t.vocab_size, V_padded, t.num_classes, BLOCK_V=block_v)
     return counts
 
 
@@ -276,7 +278,7 @@ def advance_(tokens: torch.Tensor, rows: Rows, t: Tables, block_b: int = ADVANCE
     B = tokens.numel()
     _advance_kernel[(triton.cdiv(B, block_b),)](
         tokens, B, rows.state, rows.step, rows.history, rows.fault, t.token_class, t.state_row, t.row_next,
-        t.vocab_size, t.num_classes, rows.history.shape[1], t.done_state, BLOCK_B=block_b)
+        t.targets, t.vocab_size, t.num_classes, rows.history.shape[1], t.done_state, BLOCK_B=block_b)
 
 
 def sample_(logits: torch.Tensor, rows: Rows, t: Tables, temperature: float = 0.0, seed: int = 0,
@@ -297,7 +299,7 @@ def sample_(logits: torch.Tensor, rows: Rows, t: Tables, temperature: float = 0.
     inv_temp = 1.0 if greedy else 1.0 / temperature
     _sample_kernel[(B,)](
         logits, logits.stride(0), tokens, counts, rows.state, rows.step, rows.history, rows.fault, keys,
-        t.token_class, t.state_row, t.row_next, t.legal_count, scratch, t.vocab_size, t.num_classes,
+        t.token_class, t.state_row, t.row_next, t.targets, t.row_legal, scratch, t.vocab_size, t.num_classes,
         rows.history.shape[1], nb, t.done_state, t.eos_id, inv_temp, _int32(rng.seed_key(seed)),
         GREEDY=greedy, BLOCKS=block_v // K, K=K, num_warps=num_warps, enable_fp_fusion=False)
     return tokens, counts
@@ -328,7 +330,8 @@ TABLE_TYPES = {"int16": "*i16", "int32": "*i32"}
 def launch_specs() -> list[dict]:
     """Every specialisation the launchers above compile: for each, the kernel, a label, its signature (Triton
     type per argument), constexprs and compile options. Logits float32 / bfloat16 / float16, tables int16 /
-    int32 (row_next), greedy and sampled, at the block sizes the launchers choose for a real vocabulary."""
+    int32 (row_next and state_row), greedy and sampled, at the block sizes the launchers choose for a real
+    vocabulary."""
     specs = []
 
     def add(fn, label, types, constexprs, **options):
@@ -338,11 +341,12 @@ def launch_specs() -> list[dict]:
                           options={"num_warps": 4, **options}))
 
     rows = {"state_ptr": "*i32", "step_ptr": "*i32", "hist_ptr": "*i32", "fault_ptr": "*i64", "key_ptr": "*i64",
-            "token_class_ptr": "*i32", "state_row_ptr": "*i32", "legal_count_ptr": "*i32", "counts_ptr": "*i32",
+            "token_class_ptr": "*i32", "row_legal_ptr": "*i32", "counts_ptr": "*i32",
+            "targets_ptr": "*i32",
             "tokens_ptr": "*i64", "scratch_ptr": "*fp32", "inv_temp": "fp32"}
     for tname, ttype in TABLE_TYPES.items():
         for lname, ltype in LOGIT_TYPES.items():
-            types = {**rows, "row_next_ptr": ttype, "logits_ptr": ltype}
+            types = {**rows, "row_next_ptr": ttype, "state_row_ptr": ttype, "logits_ptr": ltype}
             add(_mask_kernel, f"logits {lname}, table {tname}", types, {"BLOCK_V": MASK_BLOCK_V})
             for greedy in (True, False):
                 add(_sample_kernel, f"logits {lname}, table {tname}, {'greedy' if greedy else 'sampled'}", types,
@@ -350,6 +354,7 @@ def launch_specs() -> list[dict]:
                     num_warps=SAMPLE_NUM_WARPS, enable_fp_fusion=False)
         for tok in ("i64", "i32"):  # advance takes the caller's integer tokens as they are
             add(_advance_kernel, f"tokens {'int64' if tok == 'i64' else 'int32'}, table {tname}",
-                {**rows, "row_next_ptr": ttype, "tokens_ptr": f"*{tok}"}, {"BLOCK_B": ADVANCE_BLOCK_B})
+                {**rows, "row_next_ptr": ttype, "state_row_ptr": ttype, "tokens_ptr": f"*{tok}"},
+                {"BLOCK_B": ADVANCE_BLOCK_B})
     add(_uniform_kernel, "test hook", {"out_ptr": "*fp32", "step_ptr": "*i32"}, {"BLOCK_V": 1024})
     return specs

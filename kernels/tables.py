@@ -5,10 +5,12 @@ paths, Triton kernels), and the one lookup they all share: the state a token lea
 The grammar is a DFA over tokens, factored by token classes and by rows of states:
 
     code = row_next[state_row[state], token_class[token]]      next state = batchmask.next_codes.decode_next
+                                                                (absolute codes index the target list)
 
-A plain [S, C] table is the special case state_row = arange(S). Names used in the shape comments:
-  B rows in the batch, V grammar vocabulary, V' >= V logits width (padded ids are illegal),
-  S states, R distinct table rows, C token classes, H history length (tokens remembered per row).
+A plain [S, C] table is the special case state_row = arange(S), targets = arange(S). Names used in the
+shape comments: B rows in the batch, V grammar vocabulary, V' >= V logits width (padded ids are illegal),
+S states, R distinct table rows, C token classes, T absolute targets, H history length (tokens remembered
+per row).
 """
 from __future__ import annotations
 
@@ -23,9 +25,10 @@ from batchmask.next_codes import ILLEGAL, decode_next
 class Tables:
     """The compiled grammar on one device (contiguous). Build with make_tables."""
     token_class: torch.Tensor        # int32 [V]     class of every token id
-    state_row: torch.Tensor          # int32 [S]     the row of row_next each state uses
-    row_next: torch.Tensor           # int16|int32 [R, C]  next-state codes per (row, class), -1 = illegal
-    legal_count: torch.Tensor        # int32 [S]     number of legal token ids per state
+    state_row: torch.Tensor          # int16|int32 [S]     the row of row_next each state uses } the same
+    row_next: torch.Tensor           # int16|int32 [R, C]  next-state codes, -1 = illegal     } width
+    row_legal: torch.Tensor          # int32 [R]     number of legal token ids in a state of each row
+    targets: torch.Tensor            # int32 [T]     the states absolute codes name
     class_first_token: torch.Tensor  # int64 [C]     lowest token id of each class (V for an empty class)
     done_state: int                  # absorbing state after EOS (only EOS legal)
     eos_id: int
@@ -44,21 +47,28 @@ class Tables:
         """int64 [S, C]: the plain table of next states (-1 illegal), decoded (for references and checks)."""
         S = self.state_row.numel()
         return decode_next(self.row_next.index_select(0, self.state_row.long()),
-                           torch.arange(S, device=self.state_row.device)[:, None])
+                           torch.arange(S, device=self.state_row.device)[:, None], self.targets)
 
 
-def make_tables(token_class: torch.Tensor, class_next: torch.Tensor | None, legal_count: torch.Tensor,
+def make_tables(token_class: torch.Tensor, class_next: torch.Tensor | None, legal_count: torch.Tensor | None,
                 done_state: int, eos_id: int, state_row: torch.Tensor | None = None,
-                row_next: torch.Tensor | None = None) -> Tables:
-    """From a plain [S, C] table (class_next), or from the compiler's factored one (state_row, row_next)."""
+                row_next: torch.Tensor | None = None, row_legal: torch.Tensor | None = None,
+                targets: torch.Tensor | None = None) -> Tables:
+    """From a plain [S, C] table (class_next, legal_count [S]), or from the compiler's factored one
+    (state_row, row_next, row_legal, targets)."""
     if state_row is None:
-        state_row = torch.arange(class_next.shape[0], dtype=torch.int32, device=class_next.device)
-        row_next = class_next
+        S = class_next.shape[0]
+        row_next, row_legal = class_next, legal_count
+        if row_next.dtype == torch.int16 and S > 32767:
+            row_next = row_next.to(torch.int32)                 # state_row and row_next: one width
+        width = torch.int16 if row_next.dtype == torch.int16 else torch.int32
+        state_row = torch.arange(S, dtype=width, device=class_next.device)
+        targets = torch.arange(S, dtype=torch.int32, device=class_next.device)
     V, C = token_class.numel(), row_next.shape[1]
     ids = torch.arange(V, device=token_class.device)
     first = torch.full((C,), V, dtype=torch.int64, device=token_class.device)
     first.scatter_reduce_(0, token_class.long(), ids, reduce="amin")  # [C]
-    return Tables(token_class, state_row, row_next, legal_count, first, done_state, eos_id)
+    return Tables(token_class, state_row, row_next, row_legal, targets, first, done_state, eos_id)
 
 
 @dataclass
@@ -86,12 +96,17 @@ def row_ids(rows: Rows, start: int, count: int) -> torch.Tensor:
 def next_states(state: torch.Tensor, cls: torch.Tensor, t: Tables) -> torch.Tensor:
     """int64 [n]: the state after a token of class cls [n] from state [n] (-1 illegal)."""
     row = t.state_row.index_select(0, state).long()
-    return decode_next(t.row_next.view(-1).index_select(0, row * t.num_classes + cls.long()), state)
+    return decode_next(t.row_next.view(-1).index_select(0, row * t.num_classes + cls.long()), state, t.targets)
+
+
+def legal_counts(state: torch.Tensor, t: Tables) -> torch.Tensor:
+    """int32 [n]: how many token ids are legal in each state [n]."""
+    return t.row_legal.index_select(0, t.state_row.index_select(0, state).long())
 
 
 def class_legal(state: torch.Tensor, t: Tables) -> torch.Tensor:
     """state: int32 [B] -> bool [B, C], which token classes each row may emit."""
-    return t.row_next.index_select(0, t.state_row.index_select(0, state)) != ILLEGAL
+    return t.row_next.index_select(0, t.state_row.index_select(0, state).long()) != ILLEGAL
 
 
 def legal_mask(state: torch.Tensor, t: Tables) -> torch.Tensor:

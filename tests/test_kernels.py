@@ -241,13 +241,15 @@ def test_sample_fallbacks():
 # the next-state rule: the Triton kernel's jitted copy of batchmask.next_codes.decode_next
 
 def test_jitted_decode_next_agrees_on_every_code_kind():
+    targets = torch.tensor([3, 9, 17, 40000, 65000, 70000], dtype=torch.int32)   # what absolute codes name
     states = torch.tensor([0, 1, 5, 7, 100, 32000, 40000, 3, 9, 65000], dtype=torch.int32)
-    codes = torch.tensor([0, 4, -1, -2, -3, -1000, -20000, 12, -1, -3000], dtype=torch.int32)  # absolute,
+    codes = torch.tensor([0, 4, -1, -2, -3, -1000, -20000, 5, -1, -3000], dtype=torch.int32)  # absolute,
     codes, states = codes.repeat(3), states.repeat(3)  # illegal, relative (-2: next = state), far relative
-    want = decode_next(codes, states)
+    want = decode_next(codes, states, targets)
     for dtype in (torch.int16, torch.int32):  # the table dtypes the kernels read
         c = codes.clamp(-32768, 32767).to(dtype)
         out = torch.empty(codes.numel(), dtype=torch.int32, device=DEVICE)
-        mask_triton._decode_kernel[(1,)](c.to(DEVICE), states.to(DEVICE), out, codes.numel(), BLOCK=32)
-        assert out.cpu().tolist() == decode_next(c, states).tolist(), dtype
-    assert want.tolist()[:7] == [0, 4, -1, 7, 101, 32998, 59998]  # the rule itself, spelled out
+        mask_triton._decode_kernel[(1,)](c.to(DEVICE), states.to(DEVICE), targets.to(DEVICE), out, codes.numel(),
+                                         BLOCK=32)
+        assert out.cpu().tolist() == decode_next(c, states, targets).tolist(), dtype
+    assert want.tolist()[:8] == [3, 65000, -1, 7, 101, 32998, 59998, 70000]  # the rule itself, spelled out

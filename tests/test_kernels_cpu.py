@@ -310,7 +310,7 @@ def test_free_draw_equals_the_masked_draw_where_it_is_legal():
         for mod in (mask_torch, choose_cpu, mask_triton):
             dev = "cpu" if mod is choose_cpu else DEVICE
             kw = {"block_v": 256} if mod is mask_triton else {}
-            ct, ft = (make_tables(*(x.to(dev) for x in (tt.token_class, tt.row_next, tt.legal_count)),
+            ct, ft = (make_tables(*(x.to(dev) for x in (tt.token_class, tt.row_next, tt.row_legal)),
                                   tt.done_state, tt.eos_id) for tt in (tables_of_cpu(g), free))
             c_rows, f_rows = clone_rows(base), clone_rows(base)
             for r in (c_rows, f_rows):

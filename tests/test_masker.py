@@ -301,17 +301,18 @@ def test_bad_backend_and_tables():
 @pytest.mark.parametrize("dtype", [torch.int16, torch.int32])
 def test_factored_tables_refused_where_a_code_leaves_the_states(dtype):
     """The factored check against the decoded [S, C] table: a table is refused exactly when some state's next
-    state is >= S (absolute codes in any row; a relative code by the highest state reading its row), rows in
-    either of the blocks the CPU check reads at a time."""
+    state is >= S (an absolute code past the target list, or naming a target >= S, in any row; a relative code
+    by the highest state reading its row), rows in either of the blocks the CPU check reads at a time."""
     S, R, C, V = 700, 600, 500, 600
     gen = torch.Generator().manual_seed(30)
     base = torch.randint(-1, 200, (R, C), generator=gen)
     state_row = torch.cat([torch.arange(R), torch.randint(0, R, (S - R,), generator=gen)])  # every row used
 
-    def build(row_next):
+    def build(row_next, targets=None):
+        targets = torch.arange(S) if targets is None else targets
         g = SimpleNamespace(token_class=torch.arange(V) % C, state_row=state_row, row_next=row_next.to(dtype),
-                            legal_count=torch.ones(S, dtype=torch.int32), start=0, done_state=S - 1, eos_id=0,
-                            vocab_size=V)
+                            row_legal=torch.ones(R, dtype=torch.int32), targets=targets, start=0, done_state=S - 1,
+                            eos_id=0, vocab_size=V)
         return BatchMasker(g, 1)
 
     def highest_state(row):
@@ -324,16 +325,21 @@ def test_factored_tables_refused_where_a_code_leaves_the_states(dtype):
     for r, code in cases:
         rows = base.clone()
         rows[r, 7] = code
-        expect_ok = int(decode_next(rows[state_row], torch.arange(S)[:, None]).max()) < S
+        expect_ok = code < S and int(decode_next(rows[state_row], torch.arange(S)[:, None], torch.arange(S)).max()) < S
         try:
             build(rows)
             refused.append(False)
         except GrammarTableError as e:
-            assert "row_next values must be in [-1, 700)" in str(e)
+            assert ("row_next values must be in [-1, 700)" if code < 0 else
+                    "row_next absolute codes must be in [0, 700) (the target list), got 700") in str(e), str(e)
             refused.append(True)
         assert refused[-1] == (not expect_ok), (r, code)
     assert refused == [False, True, True, False, False, True, False, True]
     build(base)
+    targets = torch.arange(S)
+    targets[150] = S                                            # a target that is not a state
+    with pytest.raises(GrammarTableError, match=r"row_next values must be in \[-1, 700\), got \[-1, 700\]"):
+        build(base, targets)
 
 
 def test_int32_tables_work_like_int16():
