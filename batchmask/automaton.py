@@ -148,7 +148,7 @@ def byte_table(aut: Automaton, token_len: int):
         dt = np.int16 if int(need[q2 >= 0].max(initial=0)) < np.iinfo(np.int16).max - 1 else np.int64
         cap = dt(np.iinfo(dt).max)
         need = np.minimum(need, cap).astype(dt)
-        step = (inc * Q + np.maximum(q2, 0)).astype(np.int32)               # grid offset of the target cell
+        step = inc * Q + np.maximum(q2, 0)                                  # grid offset of the target cell
         rows_up = int(inc.max(initial=0)) + 1                               # grid rows a kept cell may reach past n
         cells, grids, gstart, nb = [], [], [0], []
         for k, b in zip(ks, blocks):
@@ -167,8 +167,9 @@ def byte_table(aut: Automaton, token_len: int):
         grid = np.concatenate(grids)
         rows = to_compact[ids]                                              # [N]
         ok = need[qs] <= np.minimum(hi - ns, cap - 1).astype(dt)[:, None]     # [N, K] stays_ok
-        at = (np.asarray(gstart[:-1])[j] + ns * Q).astype(np.int32)
-        target = np.take(grid, at[:, None] + step[qs])
+        at = step[qs]                                                       # [N, K] int64: no cast inside take
+        at += (np.asarray(gstart[:-1])[j] + ns * Q)[:, None]                # in place: one [N, K] buffer, not two
+        target = grid.take(at)
         delta[rows] = np.where(ok, target, -1)
         ends = np.flatnonzero(close_ok(vt, ns, qs, lo, hi))
         if len(ends):
