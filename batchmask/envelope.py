@@ -150,16 +150,14 @@ def args_node(tool: Tool, envelope: Envelope, max_string: int, options, source: 
         hash(key)
     except Exception:                 # not picklable or options not hashable: build it, keep nothing
         key = None
-    node = _ARGS_CACHE.get(key) if key is not None else None
+    node = _ARGS_CACHE.pop(key, None) if key is not None else None
     if node is None:
         node = schema_node(tool.parameters, options, separators=envelope.separators,
                            where=f"{source}: tool {tool.name!r} parameters")
-        if key is not None:
-            _ARGS_CACHE[key] = node
-            while len(_ARGS_CACHE) > ARGS_CACHE_SIZE:
-                _ARGS_CACHE.popitem(last=False)
     if key is not None:
-        _ARGS_CACHE.move_to_end(key)
+        _ARGS_CACHE[key] = node                           # newest last; the oldest go past ARGS_CACHE_SIZE
+        while len(_ARGS_CACHE) > ARGS_CACHE_SIZE:
+            _ARGS_CACHE.popitem(last=False)
     return node
 
 

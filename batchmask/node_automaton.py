@@ -278,11 +278,11 @@ class _Subsets:
                 return int(block_of[j].grid[n, q])
             return t
 
-        bytes_of = [np.flatnonzero(self.byte_class == c) for c in range(self.num_classes)]
         # (state, class, target) -> (state, byte, target): each class spread to its bytes
         order = np.argsort(self.byte_class, kind="stable")                      # bytes grouped by class
         size = np.bincount(self.byte_class, minlength=self.num_classes)
         first = np.cumsum(size) - size
+        bytes_of = [order[f:f + n] for f, n in zip(first.tolist(), size.tolist())]
         e = np.array([(s, c, resolve(t)) for s, c, t in cls_edges], dtype=np.int64).reshape(-1, 3)
         reps = size[e[:, 1]]
         k = np.repeat(np.arange(len(e)), reps)

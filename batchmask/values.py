@@ -27,6 +27,7 @@ it must not be a byte the value could also take, so where a value ends needs no 
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,6 +37,7 @@ from .grammar import QUOTE
 
 BACKSLASH = 0x5C
 FILL = b"?"          # one unit, used by `finish` to pad a value up to its minimum
+CELLS_KEPT = 64      # value layouts kept per value type (by cap)
 
 
 @dataclass(frozen=True, eq=False)
@@ -97,11 +99,22 @@ class ValueType:
         on), which the relative next-state codes need. Away from both ends every row is full, so
         grid[n + k, q'] - grid[n, q] depends on (k, q, q') only (rows shared by shift).
         """
+        kept = self._cached("cells", OrderedDict)          # per cap, numbered from 0 (a grammar repeats caps)
+        got = kept.pop(max_, None)
+        if got is None:
+            got = self._cells_from_0(max_)
+        kept[max_] = got                                   # newest last; the oldest go past CELLS_KEPT
+        while len(kept) > CELLS_KEPT:
+            kept.popitem(last=False)
+        grid0, ns, qs = got
+        return np.where(grid0 >= 0, grid0 + base, -1), ns.copy(), qs.copy()
+
+    def _cells_from_0(self, max_: int):
         order = np.argsort(self.rank)                                      # sub-states in row order
         n = np.arange(max_ + 1)[:, None]                                   # [max+1, 1]
         ok = cell_ok(self, n, order[None, :], max_)                        # [max+1, Q] in row order
         ids = np.full(ok.shape, -1, dtype=np.int64)
-        ids[ok] = base + np.arange(int(ok.sum()))
+        ids[ok] = np.arange(int(ok.sum()))
         grid = np.empty_like(ids)
         grid[:, order] = ids
         ns, pos = np.nonzero(ok)

@@ -37,3 +37,22 @@ def test_row_classes_match_numpy_unique():
         rows = rng.integers(-1, hi, size=(shape[0] // 2 + 1, shape[1]))[rng.integers(0, shape[0] // 2 + 1, shape[0])]
         want = np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1)
         assert np.array_equal(row_classes(rows), want)
+
+
+def test_cells_numbering_and_kept_layouts(monkeypatch):
+    from batchmask import values
+    monkeypatch.setattr(values, "CELLS_KEPT", 2)
+    for vt in TYPES:
+        for max_, base in ((0, 0), (3, 7), (5, 100), (3, 1), (9, 0), (3, 7)):        # caps repeat, and get evicted
+            grid, ns, qs = vt.cells(max_, base)
+            want, nxt = np.full((max_ + 1, vt.num_substates), -1), base     # row by row, rank order, if it exists
+            for n in range(max_ + 1):
+                for q in sorted(range(vt.num_substates), key=lambda q: vt.rank[q]):
+                    if n >= vt.lo[q] and n + vt.pending[q] <= max_:
+                        want[n, q], nxt = nxt, nxt + 1
+            assert np.array_equal(grid, want)
+            cells = np.argwhere(want >= 0)
+            order = np.argsort(want[want >= 0])
+            assert np.array_equal(ns, cells[order, 0]) and np.array_equal(qs, cells[order, 1])
+            ns[:] = -5                                          # the caller's copy: the kept layout is untouched
+        assert len(vt._torch["cells"]) == 2
