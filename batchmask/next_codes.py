@@ -30,13 +30,12 @@ def encode_relative(targets: torch.Tensor, states: torch.Tensor) -> torch.Tensor
 def encode_targets(codes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Codes whose absolute entries are states -> (the same codes with absolute entries as indices into
     the target list, the list: int64 [T], sorted, each target once)."""
-    absolute = codes >= 0
-    top = int(codes.max()) + 1 if codes.numel() else 0
-    used = torch.zeros(max(top, 1), dtype=torch.bool, device=codes.device)
-    used[codes[absolute].long()] = True                                       # [top]
-    targets = torch.nonzero(used).flatten()                                   # sorted
-    index = (torch.cumsum(used, 0) - 1).to(codes.dtype)                       # state -> its place in targets
-    return torch.where(absolute, index[codes.clamp(min=0).long()], codes), targets
+    flat = codes.reshape(-1)
+    at = torch.nonzero(flat >= 0).flatten()                 # the absolute entries: few (most are -1)
+    targets, index = torch.unique(flat.index_select(0, at).long(), return_inverse=True)   # sorted
+    out = flat.clone()
+    out.index_copy_(0, at, index.to(codes.dtype))
+    return out.view_as(codes), targets
 
 
 def decode_next(codes: torch.Tensor, states: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

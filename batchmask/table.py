@@ -51,6 +51,7 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     """The factored tables of `aut` on `prep`'s vocabulary (see the module docstring)."""
     vocab = prep.vocab
     V, S = len(vocab), aut.num_states
+    far = _once(far)                    # each block's far cells: asked for by the rows and by _share_far
     done = S
     delta_np, byte_class, to_c_np, from_c_np = byte_table(aut, vocab.max_len)
     steps = ByteSteps.of(delta_np, byte_class, vocab, dev)
@@ -119,14 +120,13 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
         return _value_rows(aut, sigs, after_ev, blocks_of, value_rep, far_fn, dev)
 
     value_ids, value_rows, within = value_part(far)                                    # [Nk, Cv]
-    dead = (((ex_rows >= 0) & (class_size > 0)[None, :]).sum(1) == 0).any() | \
-        (((value_rows >= 0) & (value_size > 0)[None, :]).sum(1) == 0).any()
+    dead = ~(((ex_rows >= 0) & (class_size > 0)[None, :]).any(1).all()
+             & ((value_rows >= 0) & (value_size > 0)[None, :]).any(1).all())
     state_row = torch.full((S + 1,), -1, dtype=torch.int64, device=dev)
     if not bool(dead):
         codes = torch.where(within, encode_relative(value_rows, value_ids[:, None]), value_rows).to(torch.int32)
         v_row, v_uniq = classes_of(codes)                                              # equal cell rows once
-        ex_codes = torch.where(_forward(ex_rows, explicit[:, None], done),
-                               encode_relative(ex_rows, explicit[:, None]), ex_rows).to(torch.int32)
+        ex_codes = _relative_forward(ex_rows, explicit, done)
         allc = torch.cat([ex_codes, codes[v_uniq][:, spread], done_row])               # [E + Rv + 1, C]
         row_of, uniq = classes_of(allc)
         row_next = allc[uniq]
@@ -158,9 +158,10 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     merged, col_rep = column_classes(row_next)
     token_class, cls_order = in_first_use_order(merged[token_class])
     state_row, row_order = in_first_use_order(state_row)
-    row_next = row_next[row_order[:, None], col_rep[cls_order][None, :]]
+    row_next = row_next.index_select(0, row_order).index_select(1, col_rep.index_select(0, cls_order))
     class_size = torch.bincount(token_class, minlength=row_next.shape[1])
-    row_legal = ((row_next != -1).to(torch.int64) @ class_size).to(torch.int32)   # [R]
+    # float64 products and sums of counts <= V are exact, and go through BLAS (an int64 matmul does not)
+    row_legal = ((row_next != -1).to(torch.float64) @ class_size.to(torch.float64)).to(torch.int32)   # [R]
     final = torch.zeros(S + 1, dtype=torch.bool, device=dev)
     final[acc] = True
     final[done] = True
@@ -181,6 +182,31 @@ RELATIVE_REACH = 32000
 def _forward(moves: torch.Tensor, states: torch.Tensor, done: int) -> torch.Tensor:
     """bool, moves' shape: which moves (next states, -1 illegal) from `states` are stored relative."""
     return (moves > states) & (moves != done) & (moves - states <= RELATIVE_REACH)
+
+
+def _relative_forward(rows: torch.Tensor, states: torch.Tensor, done: int) -> torch.Tensor:
+    """rows int32 [E, C] of next states from states [E] -> the same with _forward's moves relative. Only the
+    legal entries are visited (a few per explicit row)."""
+    flat = rows.reshape(-1)
+    at = torch.nonzero(flat >= 0).flatten()                                          # [n]
+    nxt = flat.index_select(0, at).long()
+    s = states.index_select(0, at // rows.shape[1])
+    fwd = _forward(nxt, s, done)
+    out = flat.clone()
+    out.index_copy_(0, at[fwd], encode_relative(nxt[fwd], s[fwd]).to(rows.dtype))
+    return out.view_as(rows)
+
+
+def _once(far):
+    """`far` remembering its answer per block (and per reach given or not)."""
+    memo = {}
+
+    def far_once(blk, reach, dev):
+        key = (id(blk), reach is None)
+        if key not in memo:
+            memo[key] = far(blk, reach, dev)
+        return memo[key]
+    return far_once
 
 
 def _value_rows(aut, sigs, after_ev, blocks_of, rep, far, dev):
@@ -224,10 +250,12 @@ def _value_rows(aut, sigs, after_ev, blocks_of, rep, far, dev):
         grid = torch.cat(grids)
         stays = (out == STAYS) & stays_ok(vt, n2, q2, hi)
         at = torch.as_tensor(gstart[:-1], device=dev)[cj][:, None] + torch.minimum(n2, hi) * Q + q2.clamp(min=0)
-        inside = grid[at]
+        inside = grid.index_select(0, at.view(-1)).view_as(at)
         ev = sig.ev_of[:, rep].index_select(0, qs)                           # [Nk, C]
         aft = after_ev[name]                                                 # [B_vt, E]
-        after = aft[cj[:, None], ev.clamp(min=0)] if aft.shape[1] else torch.full_like(ev, -1)
+        E_ev = aft.shape[1]
+        after = aft.reshape(-1).index_select(0, (cj[:, None] * E_ev + ev.clamp(min=0)).view(-1)).view_as(ev) \
+            if E_ev else torch.full_like(ev, -1)
         after = torch.where(ev >= 0, after, -1)
         closes = (out == STOPS) & close_ok(vt, n2, q2.clamp(min=0), lo, hi) & (after >= 0)
         rows.append(torch.where(closes, after, torch.where(stays, inside, -1)))
