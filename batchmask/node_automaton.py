@@ -37,6 +37,9 @@ MAX_EXPLICIT = 200_000
 MAX_PARALLEL = 5_000
 
 
+_ONE_BYTE = tuple(bytes(b == i for i in range(256)) for b in range(256))     # the mask of each single byte
+
+
 class GrammarBuildError(ValueError):
     """A grammar tree the automaton builder cannot take (malformed, or too large)."""
 
@@ -75,9 +78,7 @@ class _NFA:
             if not isinstance(node.text, (bytes, bytearray)):
                 raise GrammarBuildError(f"{where}: Lit.text must be bytes, got {type(node.text).__name__}")
             for b in reversed(bytes(node.text)):
-                m = bytearray(256)
-                m[b] = 1
-                k = self._add(BYTE, self._mask(bytes(m)), k)
+                k = self._add(BYTE, self._mask(_ONE_BYTE[b]), k)
             return k
         if isinstance(node, Seq):
             for i in range(len(node.items) - 1, -1, -1):
@@ -90,7 +91,7 @@ class _NFA:
             return opts[0] if len(opts) == 1 else self._add(ALT, opts, -1)
         if isinstance(node, ByteSet):
             mask = bytes(node.mask)
-            if len(mask) != 256 or max(mask) > 1:
+            if mask not in self._mask_id and (len(mask) != 256 or mask.translate(None, b"\x00\x01")):
                 raise GrammarBuildError(f"{where}: ByteSet.mask must be 256 bytes of 0/1, got {len(mask)} bytes")
             return self._add(BYTE, self._mask(mask), k)
         if isinstance(node, Repeat):
@@ -283,7 +284,10 @@ class _Subsets:
         size = np.bincount(self.byte_class, minlength=self.num_classes)
         first = np.cumsum(size) - size
         bytes_of = [order[f:f + n] for f, n in zip(first.tolist(), size.tolist())]
-        e = np.array([(s, c, resolve(t)) for s, c, t in cls_edges], dtype=np.int64).reshape(-1, 3)
+        e = np.zeros((len(cls_edges), 3), dtype=np.int64)
+        if cls_edges:                          # column by column: numpy converts a flat tuple of ints fast
+            src_of, cls_of, tgt_of = zip(*cls_edges)
+            e[:, 0], e[:, 1], e[:, 2] = src_of, cls_of, [resolve(t) for t in tgt_of]
         reps = size[e[:, 1]]
         k = np.repeat(np.arange(len(e)), reps)
         rank = np.arange(len(k)) - np.repeat(np.cumsum(reps) - reps, reps)
