@@ -62,6 +62,7 @@ class Automaton:
     source: object = None           # has describe(state) -> list and finish_bytes(state) -> bytes
     utf8: bool = True
     byte_class: np.ndarray = None   # int64 [256]: bytes no state tells apart share a class (None: work it out)
+    starts: list = None             # several grammars in one automaton: each one's start ([start] if None)
 
     def describe(self, state: int) -> list:
         return self.source.describe(state)

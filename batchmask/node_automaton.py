@@ -141,18 +141,21 @@ def _check_bounds(node, where):
 
 
 def build_node_automaton(node, utf8: bool = True) -> Automaton:
+    """The automaton of a grammar tree; of a list of trees, one automaton with a start state per tree
+    (`starts`, in order): equal parts of the trees are the same NFA states, so the same states and rows."""
+    trees = list(node) if isinstance(node, list) else [node]
     nfa = _NFA(utf8)
     nfa._closure = {}
-    start_state = nfa.build(node, nfa.end, "grammar")
-    return _Subsets(nfa, start_state).run()
+    starts = [nfa.build(t, nfa.end, "grammar" if len(trees) == 1 else f"grammar {k}") for k, t in enumerate(trees)]
+    return _Subsets(nfa, starts).run()
 
 
 class _Subsets:
     """Subset construction over byte classes (see the module docstring)."""
 
-    def __init__(self, nfa: _NFA, start: int):
+    def __init__(self, nfa: _NFA, starts: list[int]):
         self.nfa = nfa
-        self.start = start
+        self.starts = starts
         self.vts = {}
         for i, k in enumerate(nfa.kind):
             if k == BLOCK:
@@ -246,7 +249,7 @@ class _Subsets:
                         "alternatives); simplify the schema")
             return i
 
-        start = target(nfa.closure(self.start))
+        starts = [target(nfa.closure(s)) for s in self.starts]
         exit_edges: dict[int, list] = {}
         while queue:
             what, i = queue.popleft()
@@ -256,9 +259,9 @@ class _Subsets:
             else:
                 moves = self.set_moves(nfa.closure(nfa.next[i]))
                 exit_edges[i] = [(c, target(tgt)) for c, tgt in moves]
-        return self._layout(states, start, cls_edges, blocks_seen, exit_edges)
+        return self._layout(states, starts, cls_edges, blocks_seen, exit_edges)
 
-    def _layout(self, states, start, cls_edges, blocks_seen, exit_edges) -> Automaton:
+    def _layout(self, states, starts, cls_edges, blocks_seen, exit_edges) -> Automaton:
         nfa = self.nfa
         E = len(states)
         blocks, block_of = [], {}
@@ -299,9 +302,9 @@ class _Subsets:
             blk.check(f"grammar: {blk.vt.name} value")
         accepting = np.array([i for i, el in enumerate(states) if nfa.end in el], dtype=np.int64)
         src = _NodeSource(nfa, states, blocks, self)
-        return Automaton(num_states=base, start=resolve(start), edges=edges,
+        return Automaton(num_states=base, start=resolve(starts[0]), edges=edges,
                          blocks=blocks, accepting=accepting, source=src, utf8=nfa.utf8,
-                         byte_class=self.byte_class.astype(np.int64))
+                         byte_class=self.byte_class.astype(np.int64), starts=[resolve(s) for s in starts])
 
 
 class _NodeSource:
