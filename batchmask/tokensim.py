@@ -80,6 +80,11 @@ class Signature:
     ev_byte: torch.Tensor      # int64 [E]: that byte
     sig_id: torch.Tensor       # int64 [V]: tokens with equal signatures from every sub-state share an id
     reach: torch.Tensor        # int64 [Q]: the most units any token adds from each sub-state
+    # the cells where ev_of >= 0, in row-major (q, token) order, as torch.nonzero would give them: vocabulary-only,
+    # so a compile need not search the [Q, V] field for them
+    stop_q: torch.Tensor = None    # int64 [P]
+    stop_t: torch.Tensor = None    # int64 [P]
+    stop_ev: torch.Tensor = None   # int64 [P]: ev_of[stop_q, stop_t]
 
 
 @dataclass
@@ -334,6 +339,9 @@ def _signature(vt: ValueType, vocab: FlatVocab) -> Signature:
     uniq, ev_index = np.unique(ti * (vocab.max_len + 1) + pos_f[stop], return_inverse=True)
     ev_of = np.full(Q * V, -1, dtype=np.int64)
     ev_of[pid[stop]] = ev_index
+    stop_cells = np.sort(pid[stop])
+    stop_q, stop_t = (torch.from_numpy(x).to(dev) for x in np.divmod(stop_cells, V))
+    stop_ev = torch.from_numpy(ev_of[stop_cells]).to(dev)
     ev_tok, ev_pos = (torch.from_numpy(x).to(dev) for x in np.divmod(uniq, vocab.max_len + 1))
     ev_byte = vocab.flat[vocab.offset[ev_tok] + ev_pos]
     # one number per (token, sub-state): outcome, units, end sub-state, stop position; 0 for a
@@ -345,7 +353,7 @@ def _signature(vt: ValueType, vocab: FlatVocab) -> Signature:
     reach = units.max(1, initial=0)                  # units are 0 where a token dies
     out, units, q_end, ev_of, reach = (torch.from_numpy(x).to(dev) for x in (out, units, q_end, ev_of.reshape(Q, V),
                                                                              reach))
-    return Signature(out, units, q_end, ev_of, ev_tok, ev_pos, ev_byte, sig_id, reach)
+    return Signature(out, units, q_end, ev_of, ev_tok, ev_pos, ev_byte, sig_id, reach, stop_q, stop_t, stop_ev)
 
 
 def after_stops(sig: Signature, blocks: list, steps: ByteSteps, to_compact: torch.Tensor,
