@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,11 +36,23 @@ def split_lines(data: bytes) -> tuple[list[bytes], bytes]:
     return parts[:-1], parts[-1]
 
 
+# A task file's line ends: "\r\n" (Windows), "\n" (Unix) and a lone "\r" (classic Mac OS, some exporters) alike,
+# as editors count lines. Not str.splitlines: a task may hold U+2028, U+0085 or a form feed.
+_LINE_BREAK = re.compile("\r\n|\r|\n")
+_LINE_BREAK_BYTES = re.compile(b"\r\n|\r|\n")
+
+
+def task_lines(text: str) -> list[str]:
+    """The lines of a task file's text, without their ends (a final line end makes no empty last line)."""
+    lines = _LINE_BREAK.split(text)
+    return lines[:-1] if len(lines) > 1 and lines[-1] == "" else lines
+
+
 def _decode(raw: bytes, name: str) -> str:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
+        line = len(_LINE_BREAK_BYTES.findall(raw, 0, e.start)) + 1
         raise RunFileError(f"{name} line {line}: not UTF-8 (byte 0x{raw[e.start]:02x} at offset {e.start})") from None
     return text.removeprefix("\ufeff")          # a UTF-8 byte order mark (Windows editors) is not content
 
@@ -133,8 +146,7 @@ def read_tasks(path: str, fmt: str = "auto") -> TaskFile:
             raise RunFileError(f"{p}: cannot read tasks file: {e.strerror or e}") from None
         name = str(p)
     text = _decode(raw, name)
-    # "\n" only: a task may hold U+2028 or U+0085; a "\r" before the "\n" (CRLF files) is dropped
-    lines = [(n, ln.removesuffix("\r")) for n, ln in enumerate(text.split("\n"), 1)]
+    lines = list(enumerate(task_lines(text), 1))
     lines = [(n, ln) for n, ln in lines if ln.strip()]
     if not lines:
         raise RunFileError(f"{name}: no tasks (the file is empty)")

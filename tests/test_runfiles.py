@@ -115,6 +115,27 @@ def test_task_files_jsonl_detection_bom_and_forced_format(tmp_path):
         read_tasks(str(p))
 
 
+@pytest.mark.parametrize("end", ["\r", "\n", "\r\n"])
+def test_every_line_end_splits_tasks_and_numbers_lines_as_an_editor_does(tmp_path, end):
+    # An old Mac file (CR only) used to be read as ONE task holding every line. The reference is Python's
+    # universal newlines (open(newline=None)), which is how editors count lines too.
+    p = tmp_path / "t.txt"
+    p.write_bytes(end.join(["read a.txt", "add 1 and 2", "", "list the dir", "a\u2028b\x0cc", ""]).encode())
+    with open(p, encoding="utf-8", newline=None) as fh:
+        want = [(n, ln.rstrip("\n")) for n, ln in enumerate(fh, 1) if ln.strip()]
+    tf = read_tasks(str(p))
+    assert list(zip(tf.lines, tf.tasks)) == want and len(want) == 4     # U+2028 and a form feed stay inside
+    p.write_bytes(end.join(['{"task": "a"}', '{"task": "b", "max_new_tokens": 3}', "", '{"task": 7}']).encode())
+    with pytest.raises(RunFileError, match=r"t.txt line 4: expected a non-empty string"):
+        read_tasks(str(p))
+    p.write_bytes(end.join(["ok", "fine", "bad \xff byte"]).encode("latin-1"))
+    with pytest.raises(RunFileError, match=r"t.txt line 3: not UTF-8"):
+        read_tasks(str(p))
+    mixed = b"one\r\ntwo\rthree\nfour"                             # one file, every kind of end
+    p.write_bytes(mixed)
+    assert read_tasks(str(p)).tasks == ["one", "two", "three", "four"]
+
+
 def test_cli_reads_a_jsonl_task_holding_u2028_as_jsonl(files, tmp_path):
     tasks = tmp_path / "t.jsonl"
     tasks.write_text(json.dumps({"task": "say\u2028hi", "max_new_tokens": 4}, ensure_ascii=False) + "\n"
