@@ -29,7 +29,7 @@ def classes_of(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     elif bound < (1 << 52):
         # exact dot products as a float64 matmul (every partial sum is an integer below 2^52 in
         # magnitude); no shifted copy of the keys: the sign does not matter to the grouping
-        h = (keys.double() @ weights.double()).long()                                   # [V, 2]
+        h = _rows_dot(keys, weights.double()).long()                                   # [V, 2]
         _, inverse = torch.unique(_pair_key(h[:, 0], h[:, 1], bound), return_inverse=True)
     elif bound < (1 << 62):
         # exact int64 dot products (CPU int64 matmul has no fast path: multiply and sum instead)
@@ -43,6 +43,19 @@ def classes_of(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         _, inverse = torch.unique(keys, dim=0, return_inverse=True)
         rep = first_of_each(inverse)
     return inverse, rep
+
+
+_CHUNK = 1 << 18                 # elements converted to float64 at a time (2 MB): a buffer that stays warm
+
+
+def _rows_dot(keys: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """float64 keys @ weights, a block of rows at a time (not one float64 copy of the whole matrix)."""
+    V, K = keys.shape
+    out = torch.empty((V, weights.shape[1]), dtype=torch.float64, device=keys.device)
+    step = max(1, _CHUNK // max(K, 1))
+    for s in range(0, V, step):
+        torch.mm(keys[s:s + step].double(), weights, out=out[s:s + step])
+    return out
 
 
 def _pair_key(h0: torch.Tensor, h1: torch.Tensor, bound: int) -> torch.Tensor:
@@ -158,7 +171,11 @@ def column_classes(m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return classes_of(m.T.contiguous())
     gen = torch.Generator().manual_seed(R)
     weights = torch.randint(1, 1 << 20, (2, R), generator=gen).to(dev).double()
-    h = (weights @ m.double()).long()                                               # [2, C], exact
+    h = torch.zeros((2, C), dtype=torch.float64, device=dev)                        # [2, C], exact
+    step = max(1, _CHUNK // C)
+    for s in range(0, R, step):                 # a block of rows at a time (see _rows_dot); partial sums exact
+        h.addmm_(weights[:, s:s + step], m[s:s + step].double())
+    h = h.long()
     _, inverse = torch.unique(_pair_key(h[0], h[1], bound), return_inverse=True)
     rep = first_of_each(inverse)
     if not _members_equal(m, inverse, rep, dim=1):                                  # a hash collision

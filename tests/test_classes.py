@@ -50,3 +50,10 @@ def test_collision_check_reads_shared_classes():
     assert _members_equal(keys, torch.tensor([0, 0, 1, 2]), torch.tensor([0, 2, 3]))
     assert not _members_equal(keys, torch.tensor([0, 0, 1, 1]), torch.tensor([0, 2]))       # rows 2 and 3 differ
     assert not _members_equal(keys.T, torch.tensor([0, 0, 1, 1]), torch.tensor([0, 2]), dim=1)
+
+
+def test_blocks_of_rows_give_the_same_grouping(monkeypatch):
+    from batchmask import classes
+    monkeypatch.setattr(classes, "_CHUNK", 64)                  # many small blocks of rows in the float64 products
+    test_rows_every_branch()
+    test_columns_match_rows_of_transpose()
