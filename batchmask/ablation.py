@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .compiler import compile_grammar
+from .display import printable
 from .generation import BatchGenerator, GenerationConfig
 from .registry import ToolRegistry
 from .taskgen import judge, make_examples
@@ -44,7 +45,7 @@ class AblationReport:
         for arm in ARMS:
             lines.append(f"\n{arm} samples:")
             for task, text in self.arms[arm].samples:
-                lines.append(f"  {task[:50]!r:<54} -> {text[:90]}")
+                lines.append(f"  {task[:50]!r:<54} -> {printable(text[:90])}")   # model text: control bytes too
         return "\n".join(lines)
 
     def to_json(self) -> dict:

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from . import interrupts, limits
+from .display import printable
 from .fingerprint import run_settings
 from .limits import float_arg, int_arg
 from .loading import (  # noqa: F401
@@ -211,8 +212,9 @@ def cmd_compile(args) -> int:
     g = compile_grammar(registry, tokenizer, format=args.format, max_string=args.max_string, utf8=not args.bytes,
                         device=_device(args.device))
     dt = time.perf_counter() - t
-    print(f"registry: {', '.join(registry.names)}")
-    print(f"vocabulary: {tokenizer.vocab_size} tokens ({tok_path})")
+    # names and paths may hold control characters: printed escaped
+    print(f"registry: {printable(', '.join(registry.names))}")
+    print(f"vocabulary: {tokenizer.vocab_size} tokens ({printable(str(tok_path))})")
     print(f"states: {g.num_states}  rows: {g.num_rows}  token classes: {g.num_classes}  "
           f"table: {tuple(g.row_next.shape)} {str(g.row_next.dtype).removeprefix('torch.')}  "
           f"device bytes: {g.nbytes:,}  compile: {dt * 1e3:.1f} ms")
@@ -359,11 +361,11 @@ def main(argv=None) -> int:
         print(f"batchmask: error: out of memory in `batchmask {getattr(args, 'command', '')}` (a smaller grammar, "
               "batch or context needs less)", file=sys.stderr)
         return 2
-    except (ValueError, OSError, RuntimeError) as e:
+    except (ValueError, OSError, RuntimeError) as e:          # one line; a quoted value must not drive the terminal
         if os.environ.get("BATCHMASK_DEBUG"):
             raise
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"batchmask: error: {msg}", file=sys.stderr)
+        print(f"batchmask: error: {printable(msg)}", file=sys.stderr)
         return 2
 
 

@@ -84,8 +84,22 @@ def load_model_and_tokenizer(checkpoint, tokenizer_path, device, dtype, max_cont
 
 
 def load_registry(path):
-    from .registry import ToolRegistry
-    return ToolRegistry.defaults() if path is None else ToolRegistry.from_json(path)
+    """--tools: the built-in tools (None), else the tools file at `path` (JSON text given instead is refused)."""
+    from .registry import RegistryError, ToolRegistry
+    if path is None:
+        return ToolRegistry.defaults()
+    if str(path).lstrip()[:1] in ("{", "[") and not _is_file(path):
+        from .display import short
+        raise RegistryError(f"--tools takes the path of a tools file, got JSON text {short(str(path))}; "
+                            "save it to a file and pass that")
+    return ToolRegistry.from_json(path)
+
+
+def _is_file(path) -> bool:
+    try:
+        return Path(path).is_file()
+    except (OSError, ValueError):               # a name too long for the file system, a NUL in it
+        return False
 
 
 def _max_new_tokens(value: int | None, context: int) -> int:

@@ -23,7 +23,10 @@ import hashlib
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from os import PathLike
 from pathlib import Path
+
+from .display import short as _short
 
 ARG_TYPES = ("string", "number")
 # JSON-schema spellings that mean one of ours: an integer is a number on the wire.
@@ -83,15 +86,50 @@ _DEFAULT_TOOLS = (
 )
 
 
+# --- short values in error lines -----------------------------------------------------------------
+# An error line quotes what it refuses, but never kilobytes of it: a value's repr is cut to 60 characters
+# (display.short), a path to _PATH_SHORT (a real path may well be longer than a value worth quoting).
+_PATH_SHORT = 160
+
+
+def _short_path(path) -> str:
+    s = str(path)
+    return s if len(s) <= _PATH_SHORT else s[:_PATH_SHORT - 3] + "..."
+
+
+def _tools_path(path) -> Path:
+    """`from_json`'s argument as a path: JSON text or an already parsed object is refused, pointing to from_obj."""
+    if isinstance(path, (dict, list)):
+        raise RegistryError(f"ToolRegistry.from_json takes a path, got a {type(path).__name__}; "
+                            "pass parsed tools to ToolRegistry.from_obj")
+    if isinstance(path, bytes):
+        path = path.decode("utf-8", errors="surrogateescape")
+    if not isinstance(path, (str, PathLike)):
+        raise RegistryError(f"ToolRegistry.from_json takes a path, got {type(path).__name__} {_short(path)}")
+    if isinstance(path, str) and path.lstrip()[:1] in ("{", "[") and not _exists(path):
+        raise RegistryError(f"ToolRegistry.from_json takes a path, got JSON text {_short(path)}; pass "
+                            "ToolRegistry.from_obj(json.loads(text)) instead")
+    if isinstance(path, str) and "\0" in path:
+        raise RegistryError(f"tools file not found: {_short(path)} (a path cannot hold a NUL character)")
+    return Path(path)
+
+
+def _exists(path: str) -> bool:
+    try:
+        return Path(path).exists()
+    except (OSError, ValueError):                 # a name too long for the file system, a NUL in it
+        return False
+
+
 def _check_name(name, what: str) -> str:
     """A name goes into the grammar's literals verbatim, so it must need no JSON escaping."""
     if not isinstance(name, str):
-        raise RegistryError(f"{what}: name must be a string, got {type(name).__name__} {name!r}")
+        raise RegistryError(f"{what}: name must be a string, got {type(name).__name__} {_short(name)}")
     if name == "":
         raise RegistryError(f"{what}: name is empty")
     bad = [c for c in name if c in '"\\' or ord(c) < 0x20]
     if bad:
-        raise RegistryError(f"{what}: name {name!r} holds {bad[0]!r}; names may not contain '\"', '\\' "
+        raise RegistryError(f"{what}: name {_short(name)} holds {bad[0]!r}; names may not contain '\"', '\\' "
                             "or control characters (below 0x20)")
     return name
 
@@ -106,7 +144,7 @@ class ToolRegistry:
         for i, tool in enumerate(tools):
             where = f"{source}: tool #{i}"
             _check_name(tool.name, where)
-            where = f"{source}: tool {tool.name!r}"
+            where = f"{source}: tool {_short(tool.name)}"
             if tool.name in seen:
                 raise RegistryError(f"{where}: duplicate tool name")
             seen.add(tool.name)
@@ -117,17 +155,17 @@ class ToolRegistry:
             for a in tool.args:
                 _check_name(a.name, f"{where}: arg #{len(arg_names)}")
                 if a.name in arg_names:
-                    raise RegistryError(f"{where}: duplicate arg name {a.name!r}")
+                    raise RegistryError(f"{where}: duplicate arg name {_short(a.name)}")
                 arg_names.add(a.name)
                 if a.type not in ARG_TYPES:
-                    raise RegistryError(f"{where}: arg {a.name!r} has unknown type {a.type!r} "
+                    raise RegistryError(f"{where}: arg {_short(a.name)} has unknown type {_short(a.type)} "
                                         f"(expected one of {', '.join(ARG_TYPES)})")
         # answer first: present it if missing, move it to the front otherwise.
         answer = [t for t in tools if t.name == ANSWER.name]
         if answer:
             if [a.name for a in answer[0].required_args] != ["text"]:
                 raise RegistryError(f"{source}: tool 'answer' must take exactly one required arg 'text', "
-                                    f"got {[a.name for a in answer[0].required_args]}")
+                                    f"got {_short([a.name for a in answer[0].required_args])}")
         rest = [t for t in tools if t.name != ANSWER.name]
         self.tools: tuple[Tool, ...] = tuple(answer or [ANSWER]) + tuple(rest)
         self.source = source
@@ -141,20 +179,25 @@ class ToolRegistry:
     @classmethod
     def from_json(cls, path, options=None) -> ToolRegistry:
         """Read `{"tools": [...]}`, a bare list, or an MCP `tools/list` response (`{"result": {"tools": [...]}}`)
-        of native, OpenAI, MCP or Anthropic tool entries."""
-        path = Path(path)
+        of native, OpenAI, MCP or Anthropic tool entries, from the file at `path`."""
+        path = _tools_path(path)
         try:
             raw = path.read_text(encoding="utf-8-sig")       # a UTF-8 BOM (some editors write one) is skipped
         except FileNotFoundError:
-            raise RegistryError(f"{path}: tools file not found") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise RegistryError(f"{path}: cannot read tools file: {e}") from None
+            raise RegistryError(f"tools file not found: {_short_path(path)}") from None
+        except UnicodeDecodeError as e:
+            raise RegistryError(f"{_short_path(path)}: cannot read tools file: not UTF-8 (byte 0x"
+                                f"{e.object[e.start]:02x} at offset {e.start})") from None
+        except OSError as e:                                  # strerror: the errno text without the path again
+            raise RegistryError(f"{_short_path(path)}: cannot read tools file: {e.strerror or type(e).__name__}") \
+                from None
         try:
             obj = json.loads(raw)
         except json.JSONDecodeError as e:
-            raise RegistryError(f"{path}: not valid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+            raise RegistryError(f"{_short_path(path)}: not valid JSON at line {e.lineno} column {e.colno}: "
+                                f"{e.msg}") from None
         except RecursionError:
-            raise RegistryError(f"{path}: JSON nested too deeply to read") from None
+            raise RegistryError(f"{_short_path(path)}: JSON nested too deeply to read") from None
         return cls.from_obj(obj, source=str(path), options=options)
 
     @classmethod
@@ -228,20 +271,20 @@ def _parse_entry(e, i: int, source: str) -> Tool:
         if not isinstance(fn, dict):
             raise RegistryError(f"{where}: 'function' must be an object")
         if kind not in (None, "function"):
-            raise RegistryError(f"{where}: tool type {kind!r} with a 'function' object (expected \"function\")")
+            raise RegistryError(f"{where}: tool type {_short(kind)} with a 'function' object (expected \"function\")")
         return _parse_typed(fn, where, "parameters", e)
     keys = [k for k in _SCHEMA_KEYS if k in e]
     if len(keys) > 1 or (keys and "args" in e):
         raise RegistryError(f"{where}: an entry has one of 'args', {', '.join(map(repr, _SCHEMA_KEYS))}; "
                             f"got {', '.join(map(repr, keys + (['args'] if 'args' in e else [])))}")
     if kind not in (None, "function", "custom"):
-        raise RegistryError(f"{where}: tool type {kind!r} is not supported (expected a function tool)")
+        raise RegistryError(f"{where}: tool type {_short(kind)} is not supported (expected a function tool)")
     if keys:                # flat OpenAI (Responses API), MCP (inputSchema), Anthropic (input_schema)
         return _parse_typed(e, where, keys[0], e)
     if kind == "function":
         return _parse_typed(e, where, "parameters", e)
     name = e.get("name")
-    where = f"{where} ({name!r})"
+    where = f"{where} ({_short(name)})"
     args_raw = e.get("args", [])
     if not isinstance(args_raw, list):
         raise RegistryError(f"{where}: 'args' must be a list")
@@ -251,7 +294,7 @@ def _parse_entry(e, i: int, source: str) -> Tool:
             raise RegistryError(f"{where}: args[{j}] must be an object")
         required = a.get("required", True)
         if not isinstance(required, bool):
-            raise RegistryError(f"{where}: arg {a.get('name')!r}: 'required' must be true or false")
+            raise RegistryError(f"{where}: arg {_short(a.get('name'))}: 'required' must be true or false")
         args.append(ToolArg(a.get("name"), _arg_type(a.get("type", "string"), where, a.get("name")),
                             required, str(a.get("description", ""))))
     return Tool(name, _description(e, where), tuple(args), source=e)
@@ -260,7 +303,7 @@ def _parse_entry(e, i: int, source: str) -> Tool:
 def _parse_typed(fn: dict, where: str, key: str, entry: dict) -> Tool:
     """A tool whose arguments are a JSON Schema under `key`; absent, null or {} mean no arguments."""
     name = fn.get("name")
-    where = f"{where} ({name!r})"
+    where = f"{where} ({_short(name)})"
     params = fn.get(key)
     if params is None or params == {}:
         params = dict(_EMPTY_ARGS)
@@ -268,7 +311,7 @@ def _parse_typed(fn: dict, where: str, key: str, entry: dict) -> Tool:
         raise RegistryError(f"{where}: {key!r} must be a JSON Schema object, got {type(params).__name__}")
     if params.get("type", "object") != "object":
         raise RegistryError(f"{where}: {key!r} must describe the arguments object (\"type\": \"object\"), "
-                            f"got type {params.get('type')!r}")
+                            f"got type {_short(params.get('type'))}")
     props = params.get("properties", {})
     required = params.get("required", [])
     if not isinstance(props, dict) or not isinstance(required, list):
@@ -303,7 +346,7 @@ def _check_schema(tool: Tool, where: str, options) -> None:
 def _arg_type(t, where: str, arg) -> str:
     if isinstance(t, str) and t in _TYPE_ALIASES:
         return _TYPE_ALIASES[t]
-    raise RegistryError(f"{where}: arg {arg!r} has unknown type {t!r} (expected string or number)")
+    raise RegistryError(f"{where}: arg {_short(arg)} has unknown type {_short(t)} (expected string or number)")
 
 
 def _description(e: dict, where: str) -> str:

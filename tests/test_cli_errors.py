@@ -1,6 +1,9 @@
 """Bad input a new user gives the CLI and the converter: one clear line, exit 2, no file touched (QA findings)."""
 from __future__ import annotations
 
+import ast
+import io
+import json
 import shutil
 from pathlib import Path
 
@@ -8,6 +11,8 @@ import pytest
 from batchmask.models.checkpoint import ModelConfig, random_weights, write_checkpoint
 from batchmask.models.export import main as export_main
 from batchmask.models.tokenizer import load_tokenizer
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from batchmask import cli, compile_json_schema
 from batchmask.cli import main
@@ -227,3 +232,52 @@ def test_out_is_never_another_runs_own_file(tmp_path, one_task, capsys):
         assert main(["generate", "--tasks", str(one_task), "--out", str(side), "--force", "--quiet"]) == 2
         assert "of the run that wrote" in _one_error_line(capsys)
     assert run.read_text() == '{"format": 1}' and not (tmp_path / "calls.jsonl.lock").exists()
+
+
+# --- text printed to a terminal: control characters escaped ---------------------------------------
+def _no_controls(text: str) -> bool:
+    """No character a terminal would act on (Unicode category Cc, or the line/paragraph separators)."""
+    import unicodedata
+    return all(c == "\n" or (unicodedata.category(c) != "Cc" and c not in "\u2028\u2029") for c in text)
+
+
+@given(st.text(st.characters(blacklist_characters='\\"'), max_size=40))
+@settings(max_examples=200, deadline=None)
+def test_printable_is_what_python_reads_back(text):
+    from batchmask.display import printable
+    shown = printable(text)
+    assert _no_controls(shown.replace("\n", "")) and "\n" not in shown
+    assert ast.literal_eval('"' + shown + '"') == text        # Python's own reading of the escapes: lossless
+
+
+def test_show_call_and_ablation_samples_escape_control_bytes():
+    from types import SimpleNamespace
+
+    from batchmask.ablation import AblationReport, ArmResult
+    from batchmask.display import show_call
+    tok = SimpleNamespace(token_bytes=[b"\x00", b"\x1b[2J", b"ok\r", b"</s>"], eos_id=3, stop_ids=(3,))
+    res = SimpleNamespace(token_ids=[0, 1, 2, 3], legal_counts=[1, 5, 200, 1], task="clear\x1b[H\x07 it",
+                          call=None, error="bad \x00 byte", cut=False)
+    out = io.StringIO()
+    show_call(res, tok, stream=out)
+    text = out.getvalue()
+    assert _no_controls(text) and r"\x00[1] \x1b[2J[5] ok\r[200] <eos>[1]" in text and r"clear\x1b[H\x07" in text
+    arm = ArmResult(trials=1, samples=[("t", 'out\x1b]0;title\x07 \x9b31m')])
+    assert _no_controls(AblationReport({"constrained": arm, "free": arm}).table())
+
+
+def test_compile_prints_names_escaped(tmp_path, capsys):
+    tools = tmp_path / "tools.json"          # DEL and U+009B (CSI on some terminals) are legal in a name
+    tools.write_text(json.dumps({"tools": [{"name": "f\x7f\x9b2J", "args": [{"name": "a"}]}]}))
+    assert main(["compile", "--tools", str(tools)]) == 0
+    out = capsys.readouterr().out
+    assert _no_controls(out) and r"f\x7f\x9b2J" in out
+
+
+def test_tools_flag_given_json_text_is_one_short_line(capsys):
+    text = (SHARED / "tools" / "agent_tools.json").read_text()       # pasted where the path belongs
+    assert main(["compile", "--tools", text]) == 2
+    line = _one_error_line(capsys)
+    assert "--tools takes the path of a tools file" in line and len(line) < 200, line
+    assert main(["compile", "--tools", str(SHARED / "tools" / "nope.json")]) == 2
+    assert _one_error_line(capsys) == f"batchmask: error: tools file not found: {SHARED / 'tools' / 'nope.json'}"

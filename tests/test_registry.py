@@ -1,5 +1,6 @@
 """The tool registry and the prompt protocol's parse."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -81,3 +82,45 @@ def test_prompt_and_parse():
                 '{"tool":"calc","args":{"x":"1"}}', '{"tool":"calc"', "hello"]:
         call, err = parse_call(bad, reg)
         assert call is None and err
+
+
+# --- from_json's argument, and how long an error line may get ------------------------------------
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+
+
+def test_from_json_given_text_or_a_missing_path_says_so_briefly(tmp_path):
+    text = (SHARED / "tools" / "agent_tools.json").read_text()     # kilobytes of JSON, not a path
+    with pytest.raises(RegistryError) as e:
+        ToolRegistry.from_json(text)
+    msg = str(e.value)
+    assert "takes a path" in msg and "ToolRegistry.from_obj" in msg and len(msg) < 200, msg
+    assert ToolRegistry.from_obj(json.loads(text)).names == ToolRegistry.from_json(SHARED / "tools" /
+                                                                                   "agent_tools.json").names
+    missing = tmp_path / "nope.json"
+    with pytest.raises(RegistryError) as e:
+        ToolRegistry.from_json(missing)
+    assert str(e.value) == f"tools file not found: {missing}"
+    with pytest.raises(RegistryError, match="takes a path, got a dict"):
+        ToolRegistry.from_json({"tools": []})
+    with pytest.raises(RegistryError) as e:                          # too long a name for the file system
+        ToolRegistry.from_json("t" * 5000)
+    assert "cannot read tools file" in str(e.value) and len(str(e.value)) < 250
+    odd = tmp_path / "[draft] tools.json"                            # a real file whose name starts with "["
+    odd.write_text(json.dumps({"tools": [{"name": "a", "args": []}]}))
+    assert ToolRegistry.from_json(str(odd)).names == ["answer", "a"]
+
+
+@pytest.mark.parametrize("entry", [
+    {"name": "n" * 5000, "args": []},                                # a name that holds a quote, far out
+    {"name": "a" * 3000 + '"', "args": []},
+    {"name": "a", "args": [{"name": "x", "type": "t" * 4000}]},
+    {"type": "x" * 4000, "name": "a"},
+    {"name": "a", "args": [{"name": "x" * 4000, "required": "yes"}]},
+])
+def test_registry_errors_cut_long_values(tmp_path, entry):
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"tools": [entry, entry]}))
+    with pytest.raises(RegistryError) as e:
+        ToolRegistry.from_json(p)
+    msg = str(e.value)
+    assert len(msg) < 300 and "..." in msg, msg
