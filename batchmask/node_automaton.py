@@ -24,6 +24,7 @@ costs a few steps, not 256.
 """
 from __future__ import annotations
 
+import gc
 from collections import deque
 
 import numpy as np
@@ -144,10 +145,19 @@ def build_node_automaton(node, utf8: bool = True) -> Automaton:
     """The automaton of a grammar tree; of a list of trees, one automaton with a start state per tree
     (`starts`, in order): equal parts of the trees are the same NFA states, so the same states and rows."""
     trees = list(node) if isinstance(node, list) else [node]
-    nfa = _NFA(utf8)
-    nfa._closure = {}
-    starts = [nfa.build(t, nfa.end, "grammar" if len(trees) == 1 else f"grammar {k}") for k, t in enumerate(trees)]
-    return _Subsets(nfa, starts).run()
+    # Tens of thousands of small tuples and dicts, none in a reference cycle: with a large heap (a 150K
+    # tokenizer loaded) the collector's full passes can cost more than the build, so they wait until the end.
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        nfa = _NFA(utf8)
+        nfa._closure = {}
+        starts = [nfa.build(t, nfa.end, "grammar" if len(trees) == 1 else f"grammar {k}")
+                  for k, t in enumerate(trees)]
+        return _Subsets(nfa, starts).run()
+    finally:
+        if paused:
+            gc.enable()
 
 
 class _Subsets:
