@@ -81,8 +81,15 @@ def _generate(args, dist, taskfile, output) -> int:
     registry = load_registry(args.tools)
     from .grammar_store import plan_tasks, run_grammars
     plan = plan_tasks(taskfile, registry)          # every task's own "tools" validated, before the model loads
+    grammar_file = None
+    if args.grammar and not args.no_constrain:     # --grammar FILE read and matched to the flags, named by flag
+        from .cli_grammar import GrammarFile
+        grammar_file = GrammarFile.read(args.grammar)
+        grammar_file.check_flags(registry, args)
     model, tokenizer = load_model_and_tokenizer(args.checkpoint, args.tokenizer, device, dtype, args.max_context,
                                                 args.eos_id)
+    if grammar_file is not None:
+        grammar_file.check_vocab(tokenizer)
     context = model.config.seq_len
     max_new = _max_new_tokens(args.max_new_tokens, context)
     taskfile.check_limits(context, "the model's context (seq_len)")
@@ -207,6 +214,8 @@ def cmd_compile(args) -> int:
     if not Path(tok_path).exists():
         raise ValueError(f"tokenizer not found: {tok_path}")
     check_output_file(args.out, "--out", {"--tools": args.tools, "--tokenizer": tok_path})
+    from .cli_grammar import check_compile_out
+    check_compile_out(args.out, tok_path)          # not into a model directory, not over a file of another kind
     tokenizer = load_tokenizer(tok_path, eos_id=args.eos_id)
     t = time.perf_counter()
     g = compile_grammar(registry, tokenizer, format=args.format, max_string=args.max_string, utf8=not args.bytes,

@@ -13,8 +13,9 @@ import time
 
 # --- text made safe to print ---------------------------------------------------------------------
 # C0 controls, DEL, C1 controls (U+0080-U+009F: some terminals run U+009B as CSI) and the line/paragraph
-# separators (Python's splitlines breaks on them). A backslash is kept as is: the text stays readable.
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# separators (Python's splitlines breaks on them); lone surrogates (JSON's "\ud800" reads as one) cannot be
+# encoded at all. A backslash is kept as is: the text stays readable.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 

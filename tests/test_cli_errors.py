@@ -281,3 +281,113 @@ def test_tools_flag_given_json_text_is_one_short_line(capsys):
     assert "--tools takes the path of a tools file" in line and len(line) < 200, line
     assert main(["compile", "--tools", str(SHARED / "tools" / "nope.json")]) == 2
     assert _one_error_line(capsys) == f"batchmask: error: tools file not found: {SHARED / 'tools' / 'nope.json'}"
+
+
+# --- compile --out: never into a model directory, never over a file of another kind ---------------
+def _compile(out, *extra) -> int:
+    return main(["compile", "--out", str(out), *extra])
+
+
+def test_compile_out_refuses_files_that_are_not_grammar_caches(tmp_path, capsys):
+    import zipfile
+
+    import torch
+    from safetensors.torch import save_file
+    src = tmp_path / "src"
+    src.mkdir()
+    data = {"vocab.json": (SHARED / "gpt2" / "tokenizer.json").read_bytes(), "tasks.txt": b"what is 2+2\n",
+            "empty.pt": b""}
+    for name, raw in data.items():
+        (src / name).write_bytes(raw)
+    save_file({"w": torch.zeros(2, 2)}, str(src / "weights.st"))            # safetensors under another name
+    torch.save({"w": torch.zeros(2)}, src / "weights.pt")                    # a torch zip, but not ours
+    with zipfile.ZipFile(src / "other.zip", "w") as z:
+        z.writestr("a.txt", "hello")
+    before = {}
+    for k, name in enumerate(sorted(p.name for p in src.iterdir())):
+        target = tmp_path / f"out{k}" / name                               # each alone in a plain folder
+        target.parent.mkdir()
+        target.write_bytes((src / name).read_bytes())
+        before[target] = target.read_bytes()
+        assert _compile(target) == 2, name
+        line = _one_error_line(capsys)
+        assert "exists and is not a batchmask grammar cache" in line and "weights_only" not in line, line
+    assert {p: p.read_bytes() for p in before} == before
+    cache = tmp_path / "g.pt"                                                # a grammar cache is replaced
+    assert _compile(cache) == 0 and _compile(cache, "--max-string", "32") == 0
+    from batchmask import CompiledGrammar
+    assert CompiledGrammar.load(cache).meta["key"]["max_string"] == 32
+
+
+def test_compile_out_refuses_tokenizer_and_model_directories(tmp_path, capsys):
+    tok_dir = tmp_path / "tok"
+    tok_dir.mkdir()
+    shutil.copy(cli.DEFAULT_DIR / "tokenizer.model", tok_dir / "tokenizer.model")
+    assert _compile(tok_dir / "g.pt", "--tokenizer", str(tok_dir / "tokenizer.model")) == 2
+    assert "inside the --tokenizer's directory" in _one_error_line(capsys)
+    hf = tmp_path / "hf"                                 # a HF model directory, whatever the tokenizer
+    hf.mkdir()
+    (hf / "config.json").write_text("{}")
+    (hf / "model.safetensors").write_bytes(b"")
+    assert _compile(hf / "g.pt") == 2
+    assert "inside a tokenizer/model directory (it holds model.safetensors)" in _one_error_line(capsys)
+    assert sorted(p.name for p in hf.iterdir()) == ["config.json", "model.safetensors"]
+    assert not (tok_dir / "g.pt").exists()
+
+
+# --- --grammar FILE: what it is, and which flag it was built for ------------------------------------
+@pytest.fixture(scope="module")
+def seed_cache(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("grammar") / "g.pt"
+    assert main(["compile", "--out", str(out)]) == 0                # the embedded model's tokenizer
+    return out
+
+
+@pytest.mark.parametrize("extra,words", [
+    (["--format", "json"], "compiled for another --format: the file's is 'seed', this run's 'json'"),
+    (["--max-string", "64"], "compiled for another --max-string: the file's is 256, this run's 64"),
+    (["--bytes"], "compiled without --bytes, this run has --bytes"),
+    (["--tools", str(SHARED / "tools" / "agent_tools.json")], "compiled for other tools (--tools): the file's are "
+     "answer, calc, read_file, list_dir, write_file, this run's answer, get_weather"),
+])
+def test_grammar_built_for_other_flags_names_the_flag_before_the_model_loads(seed_cache, one_task, capsys,
+                                                                             monkeypatch, extra, words):
+    def no_model(*a, **k):
+        raise AssertionError("the model must not load")
+    monkeypatch.setattr(cli, "load_model_and_tokenizer", no_model)
+    assert main(["generate", "--tasks", str(one_task), "--grammar", str(seed_cache), "--quiet", *extra]) == 2
+    line = _one_error_line(capsys)
+    assert words in line and len(line) < 300, line
+
+
+def test_grammar_for_another_tokenizer_names_the_flag(tmp_path, one_task, capsys):
+    other = tmp_path / "g32k.pt"
+    assert main(["compile", "--tokenizer", str(SHARED / "llama2" / "tokenizer.model"), "--out", str(other)]) == 0
+    capsys.readouterr()
+    argv = ["generate", "--tasks", str(one_task), "--grammar", str(other), "--quiet", "--grammar-cache", "none",
+            "--max-new-tokens", "2"]
+    assert main(argv) == 2
+    line = _one_error_line(capsys)
+    assert "compiled for another tokenizer (--tokenizer): the file's has 32000 tokens" in line, line
+
+
+def test_grammar_that_is_not_a_cache_file_is_one_line_without_torch_words(tmp_path, one_task, capsys):
+    import warnings
+    import zipfile
+
+    import torch
+    files = {"tasks.txt": b"what is 2+2\n", "tools.json": b'{"tools": []}', "noise.bin": bytes(range(256)) * 4}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    with zipfile.ZipFile(tmp_path / "a.zip", "w") as z:
+        z.writestr("x", "y")
+    torch.save({"meta": {"format": "something else"}}, tmp_path / "foreign.pt")
+    torch.save({"meta": {"format": "batchmask-grammar/1"}}, tmp_path / "old.pt")
+    for name in [*files, "a.zip", "foreign.pt", "old.pt"]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert main(["generate", "--tasks", str(one_task), "--grammar", str(tmp_path / name), "--quiet"]) == 2
+        line = _one_error_line(capsys)
+        assert not caught and not any(w in line.lower() for w in ("pickle", "weights_only", "torch.load")), line
+        assert (("another batchmask version" in line) if name == "old.pt" else
+                ("not a batchmask grammar cache" in line)), line

@@ -111,8 +111,9 @@ def test_generate_free_arm_with_padding_and_a_model_smaller_than_the_tokenizer(r
 
 
 def test_cli_eos_id_names_the_end_token_of_a_vocabulary_without_one(tmp_path, capsys):
-    (tmp_path / "tokenizer.json").symlink_to(GPT2 / "tokenizer.json")  # no tokenizer_config.json beside it
-    args = ["compile", "--tokenizer", str(tmp_path), "--max-string", str(MAX_STRING)]
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "tok" / "tokenizer.json").symlink_to(GPT2 / "tokenizer.json")  # no tokenizer_config.json beside it
+    args = ["compile", "--tokenizer", str(tmp_path / "tok"), "--max-string", str(MAX_STRING)]
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no end-of-sequence token" in err[0] and "--eos-id" in err[0], err
