@@ -16,21 +16,22 @@ TYPE_CHECKING = False                   # typing.TYPE_CHECKING without importing
 # To export a name, add it here: name -> the module that defines it.
 _EXPORTS = {
     "CompiledGrammar": ".compiler", "GrammarCacheError": ".compiler",
-    "compile_grammar": ".api", "compile_json_schema": ".api",
+    "compile_grammar": ".api", "compile_grammars": ".api", "compile_json_schema": ".api",
     "BatchMasker": ".masker", "IllegalTokenError": ".masker",
     "RegistryError": ".registry", "Tool": ".registry", "ToolArg": ".registry", "ToolRegistry": ".registry",
     "SchemaError": ".schema", "SchemaOptions": ".schema",
 }
 
 if TYPE_CHECKING:
-    from .api import compile_grammar, compile_json_schema
+    from .api import compile_grammar, compile_grammars, compile_json_schema
     from .compiler import CompiledGrammar, GrammarCacheError
     from .masker import BatchMasker, IllegalTokenError
     from .registry import RegistryError, Tool, ToolArg, ToolRegistry
     from .schema import SchemaError, SchemaOptions
 
 __all__ = ["BatchMasker", "CompiledGrammar", "GrammarCacheError", "IllegalTokenError", "RegistryError", "SchemaError",
-           "SchemaOptions", "Tool", "ToolArg", "ToolRegistry", "compile_grammar", "compile_json_schema"]  # sorted
+           "SchemaOptions", "Tool", "ToolArg", "ToolRegistry", "compile_grammar", "compile_grammars",
+           "compile_json_schema"]  # sorted
 __version__ = "0.1.0"
 
 

@@ -2,6 +2,7 @@
 
     compile_grammar(registry, tokenizer, format="seed")     a call to any tool of the registry
     compile_json_schema(schema, tokenizer)                  one JSON value of `schema`
+    compile_grammars([registry, ...], tokenizer)            several tool sets in one table, a start each
 
 Both give a CompiledGrammar (same table, same masker). The grammar node comes from
 batchmask.envelope (calls) or batchmask.schema (values); the table from the compiler's
@@ -107,6 +108,63 @@ def compile_json_schema(schema: dict | bool | str, tokenizer: BaseTokenizer, *, 
     opts = options if options is not None else SchemaOptions()
     node = schema_node(schema, opts, separators=(",", ":"), where="<schema>")
     return compiler.compile_node(node, tokenizer, utf8=True, key=schema_grammar_key(schema, opts), device=device)
+
+
+def compile_grammars(items: list, tokenizer: BaseTokenizer, *, format: str = "seed", max_string: int = 256,
+                     utf8: bool = True, options: SchemaOptions | None = None,
+                     device: str | torch.device = "cpu") -> CompiledGrammar:
+    """Several tool sets (ToolRegistry) or bare-schema tasks (batchmask.schema_task.SchemaTask) compiled
+    together into one CompiledGrammar: `starts[i]` is where a row constrained by items[i] begins.
+
+    One automaton holds them all, so what they share (a tool several sets list, the call envelope) is
+    the same states and rows, compiled once; the vocabulary work is done once for all. A row never
+    leaves the grammar it started in. Schema tasks are UTF-8 (`utf8` must be True when there are any).
+    """
+    items = list(items)
+    if not items:
+        raise ValueError("compile_grammars: no tool sets given")
+    nodes = [item_node(item, format, max_string, utf8, options) for item in items]
+    keys = [item_key(item, format, max_string, utf8, options) for item in items]
+    from . import compiler
+    if len(items) == 1:
+        item = items[0]
+        if isinstance(item, ToolRegistry):
+            return compile_grammar(item, tokenizer, format=format, max_string=max_string, utf8=utf8,
+                                   options=options, device=device)
+        return item.compile(tokenizer, device)
+    return compiler.compile_node(nodes, tokenizer, utf8=utf8, key=grammars_key(keys), device=device)
+
+
+def grammars_key(keys: list) -> dict:
+    """What grammars compiled together depend on: each one's key, in order."""
+    return {"grammar": "together", "grammars": list(keys)}
+
+
+def item_node(item, format: str, max_string: int, utf8: bool, options):
+    """The grammar tree of a tool set (ToolRegistry) in `format`, or of a bare-schema task."""
+    if isinstance(item, ToolRegistry):
+        return registry_node(item, format, max_string, options)
+    if not utf8:
+        raise ValueError(f"{getattr(item, 'source', '<schema>')}: a schema task is UTF-8; it cannot share a table "
+                         f"with tool sets compiled byte by byte (--bytes)")
+    return item.grammar_node()
+
+
+def item_key(item, format: str, max_string: int, utf8: bool, options) -> dict:
+    """What the grammar of a tool set in `format`, or of a bare-schema task, depends on (JSON-able)."""
+    if isinstance(item, ToolRegistry):
+        return call_grammar_key(item, format, max_string, utf8, options)
+    return item.grammar_key()
+
+
+def load_grammars(path: str | os.PathLike, items: list, tokenizer: BaseTokenizer | None = None, *,
+                  format: str = "seed", max_string: int = 256, utf8: bool = True,
+                  options: SchemaOptions | None = None, device: str | torch.device = "cpu") -> CompiledGrammar:
+    """A cache file of compile_grammars(items, ...), checked against what it would build (item by item, in
+    order): anything else is refused with GrammarCacheError."""
+    from .compiler import CompiledGrammar
+    keys = [item_key(item, format, max_string, utf8, options) for item in items]
+    return CompiledGrammar.load(path, device=device, tokenizer=tokenizer, utf8=utf8, key=grammars_key(keys))
 
 
 def load_grammar(path: str | os.PathLike, registry: ToolRegistry, tokenizer: BaseTokenizer | None = None, *,

@@ -60,6 +60,8 @@ def seed_paths(node) -> list | None:
 
 
 def automaton_of(node, utf8: bool) -> Automaton:
+    if isinstance(node, list):                       # several grammars, one automaton (a start each)
+        return build_node_automaton(node, utf8=utf8)
     paths = seed_paths(node)
     if paths is not None:
         try:
@@ -71,6 +73,9 @@ def automaton_of(node, utf8: bool) -> Automaton:
 
 def compile_node(node, tokenizer, *, utf8: bool = True, key: dict, device="cpu") -> CompiledGrammar:
     """Compile a grammar tree against `tokenizer`'s vocabulary into a CompiledGrammar on `device`.
+
+    `node` may be a list of trees: then one table holds them all, with a start state each (`starts`, in
+    order; equal parts of the trees, e.g. a tool several tool sets have, are the same states and rows).
 
     `tokenizer` needs `token_bytes` (list[bytes], b"" for ids with no text) and `eos_id`; `stop_ids`
     (default (eos_id,)) and `vocab_hash()` are used when present. `key` is a JSON-able dict of what
@@ -106,12 +111,13 @@ def _compile(node, tokenizer, utf8, key, dev, automaton=None) -> CompiledGrammar
     t = build_tables(aut, prep, dev, far=lambda blk, n, d: _far_mask(blk, n, d))
     row_next = t["row_next"]
     store = table_dtype(row_next)
+    tree = [cache.node_to_json(n) for n in node] if isinstance(node, list) else cache.node_to_json(node)
     meta = {"format": CACHE_FORMAT, "key": key, "utf8": bool(utf8), "vocab_hash": prep.vocab_hash,
-            "vocab_size": V, "stop_ids": list(prep.stop_ids), "node": json.dumps(cache.node_to_json(node))}
+            "vocab_size": V, "stop_ids": list(prep.stop_ids), "node": json.dumps(tree)}
     g = CompiledGrammar(t["token_class"].to(torch.int32), t["state_row"].to(store), row_next.to(store),
                         t["row_legal"], t["row_final"], t["targets"].to(torch.int32), aut.start, eos_id,
                         t["done_state"],
-                        list(tokenizer.token_bytes), meta, aut, stop_ids=prep.stop_ids)
+                        list(tokenizer.token_bytes), meta, aut, stop_ids=prep.stop_ids, starts=aut.starts)
     g.compile_seconds = time.perf_counter() - t0
     return g
 
@@ -160,7 +166,7 @@ class CompiledGrammar:
     """
 
     def __init__(self, token_class, state_row, row_next, row_legal, row_final, targets, start, eos_id, done_state,
-                 token_bytes, meta, automaton, stop_ids=None):
+                 token_bytes, meta, automaton, stop_ids=None, starts=None):
         self.token_class = token_class          # int32 [V]
         self.state_row = state_row              # int16/int32 [S]
         self.row_next = row_next                # int16/int32 [R, C]
@@ -168,6 +174,7 @@ class CompiledGrammar:
         self.row_final = row_final              # bool [R]
         self.targets = targets                  # int32 [T]
         self.start = int(start)
+        self.starts = [int(s) for s in starts] if starts else [self.start]   # one per grammar compiled together
         self.eos_id = int(eos_id)
         self.stop_ids = tuple(stop_ids) if stop_ids is not None else (self.eos_id,)
         self.done_state = int(done_state)
@@ -228,7 +235,8 @@ class CompiledGrammar:
 
     def to(self, device) -> CompiledGrammar:
         g = CompiledGrammar(*(getattr(self, k).to(device) for k in TABLES), self.start, self.eos_id,
-                            self.done_state, self.token_bytes, self.meta, self.automaton, stop_ids=self.stop_ids)
+                            self.done_state, self.token_bytes, self.meta, self.automaton, stop_ids=self.stop_ids,
+                            starts=self.starts)
         g.compile_seconds = self.compile_seconds
         return g
 
@@ -308,8 +316,10 @@ class CompiledGrammar:
         if aut.num_states + 1 != S:
             raise GrammarCacheError(f"{path}: corrupt grammar cache ({S} states, its grammar gives "
                                     f"{aut.num_states + 1})")
+        if aut.starts is not None and list(aut.starts) != list(payload.get("starts") or [payload["start"]]):
+            raise GrammarCacheError(f"{path}: corrupt grammar cache (its start states are not its grammar's)")
         return cls(*(t[k].to(device) for k in TABLES), payload["start"], payload["eos_id"], payload["done_state"],
-                   list(tokenizer.token_bytes), meta, aut, stop_ids=payload.get("stop_ids"))
+                   list(tokenizer.token_bytes), meta, aut, stop_ids=payload.get("stop_ids"), starts=aut.starts)
 
     def __repr__(self) -> str:
         return (f"CompiledGrammar(states={self.num_states}, rows={self.num_rows}, classes={self.num_classes}, "

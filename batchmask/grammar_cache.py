@@ -75,7 +75,7 @@ def plain(x):
 def save_grammar(g, path) -> None:
     meta = dict(g.meta, bytes_hash=hash_vocab(g.token_bytes, g.eos_id, g.stop_ids))
     payload = {"meta": meta, "start": g.start, "eos_id": g.eos_id, "done_state": g.done_state,
-               "stop_ids": list(g.stop_ids)}
+               "stop_ids": list(g.stop_ids), "starts": list(g.starts)}
     payload.update({k: getattr(g, k).cpu() for k in TABLES})
     # the vocabulary's bytes too (as tensors: the file loads with weights_only), so that a cache file
     # is usable on its own; with a tokenizer given, load checks it against the recorded hash instead
@@ -158,7 +158,9 @@ def stored_vocab(payload: dict, meta: dict, path):
 
 
 def stored_node(path, meta: dict):
+    """The grammar tree of a cache file (a list of trees for grammars compiled together)."""
     try:
-        return node_from_json(json.loads(meta["node"]))
+        tree = json.loads(meta["node"])
+        return [node_from_json(t) for t in tree] if isinstance(tree, list) else node_from_json(tree)
     except (KeyError, ValueError, TypeError, AttributeError, IndexError):
         raise GrammarCacheError(f"{path}: corrupt grammar cache (no readable grammar tree)") from None

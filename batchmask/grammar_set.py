@@ -67,9 +67,10 @@ def combine(grammars: Sequence[CompiledGrammar]):
         table = GrammarSet(distinct)
     finally:
         torch.set_num_threads(threads)
-    if len(distinct) < len(grammars):                             # starts[i]: input i's start state
-        pos = {id(g): k for k, g in enumerate(distinct)}
-        table.starts = [table.starts[pos[id(g)]] for g in grammars]
+    if len(distinct) < len(grammars) or any(len(g.starts) > 1 for g in distinct):
+        # starts: each input grammar's start states (several for grammars compiled together), in input order
+        own = {id(g): starts for g, starts in zip(distinct, table.grammar_starts)}
+        table.starts = [s for g in grammars for s in own[id(g)]]
     return table
 
 
@@ -126,7 +127,8 @@ def _share_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 class GrammarSet(CompiledGrammar):
     """Grammars side by side in one factored table (build with combine()).
 
-        starts         list[int] [G]   grammar i's start state in the combined state space
+        starts         list[int]       the grammars' start states in the combined state space, in order
+                                       (one per grammar; several for grammars compiled together)
         state_offset   list[int] [G]   grammar i's state s (s < its done state) is state_offset[i] + s
         done_state     int             the one done state all grammars share (the last state)
         grammars       list            the grammars combined (for their automata and metadata)
@@ -183,7 +185,8 @@ class GrammarSet(CompiledGrammar):
                          row_legal, row_final, targets.to(torch.int32), offsets[0] + g0.start, g0.eos_id, done,
                          g0.token_bytes, meta, None, stop_ids=g0.stop_ids)
         self.state_offset = offsets
-        self.starts = [off + g.start for g, off in zip(grammars, offsets)]
+        self.grammar_starts = [[off + s for s in g.starts] for g, off in zip(grammars, offsets)]
+        self.starts = [s for starts in self.grammar_starts for s in starts]
         self.compile_seconds = sum(g.compile_seconds for g in grammars)
 
     # --- which grammar a state belongs to ------------------------------------------------------

@@ -2,6 +2,7 @@
 
     store = GrammarStore(tokenizer, format="json", cache_dir=default_cache_dir())
     g = store.grammar(registry)            # memory, else a checked cache file, else compile (and save)
+    g = store.together([reg0, reg1, ...])  # several tool sets compiled into one table, a start each
     plan = plan_tasks(taskfile, registry)  # which tool set each task uses; every one validated up front
 
 A cache file is named by the sha256 of what its grammar depends on (the registry's canonical form,
@@ -14,6 +15,7 @@ else ~/.cache/batchmask; `--grammar-cache none` keeps the cache in memory only.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -93,6 +95,52 @@ class GrammarStore:
             g = registry.compile(self.tokenizer, self.device) if isinstance(registry, SchemaTask) else \
                 api.compile_grammar(registry, self.tokenizer, format=self.format, max_string=self.max_string,
                                     utf8=self.utf8, options=self.options, device=self.device)
+            self.compiled += 1
+            if path is not None:
+                self._save(g, path)
+        self.memory[h] = g
+        return g
+
+    def together(self, registries: list, where: list | None = None, utf8: bool | None = None):
+        """Several tool sets (or schema tasks) in one table, `starts[i]` for registries[i]: from memory, a
+        checked cache file, or compiled together now (api.compile_grammars: what they share is compiled once)
+        and saved. One set is store.grammar's. A set the compiler refuses is named by `where` (its task)."""
+        where = where or [None] * len(registries)
+        hashes = [self.key_hash(r) for r in registries]
+        first = {h: i for i, h in reversed(list(enumerate(hashes)))}       # equal tool sets (another form of
+        if len(first) < len(registries):                                     # the same tools): compiled once
+            keep = sorted(first.values())
+            g = self.together([registries[i] for i in keep], [where[i] for i in keep], utf8)
+            view = copy.copy(g)
+            view.starts = [g.starts[keep.index(first[h])] for h in hashes]
+            return view
+        if len(registries) == 1:
+            return self.grammar(registries[0])
+        utf8 = self.utf8 if utf8 is None else bool(utf8)
+        args = dict(format=self.format, max_string=self.max_string, utf8=utf8, options=self.options)
+        keys = [self.key(r) for r in registries]
+        blob = json.dumps({"together": keys, "utf8": utf8}, ensure_ascii=False, sort_keys=True,
+                          separators=(",", ":"))
+        h = hashlib.sha256(blob.encode("utf-8")).hexdigest()
+        if h in self.memory:
+            return self.memory[h]
+        path = None if self.cache_dir is None else self.cache_dir / f"{h}.pt"
+        g = None
+        if path is not None and path.exists():
+            try:
+                g = api.load_grammars(path, registries, self.tokenizer, device=self.device, **args)
+                self.loaded += 1
+            except GrammarCacheError as e:
+                self.warn(f"{e}; compiling it again and replacing the file")
+        if g is None:
+            for reg, w in zip(registries, where):          # each set's own errors first, naming its task
+                _named(w, api.item_node, reg, self.format, self.max_string, utf8, self.options)
+            try:
+                g = api.compile_grammars(registries, self.tokenizer, device=self.device, **args)
+            except ValueError:
+                for reg, w in zip(registries, where):      # which set the compiler refuses, if one alone is
+                    _named(w, api.compile_grammars, [reg], self.tokenizer, device=self.device, **args)
+                raise
             self.compiled += 1
             if path is not None:
                 self._save(g, path)
@@ -186,14 +234,27 @@ def run_grammars(args, plan: TaskPlan, todo: list[int], tokenizer, device):
         return None, regs, groups
     store = GrammarStore(tokenizer, format=args.format, max_string=args.max_string, utf8=not args.bytes,
                          device=device, cache_dir=cache_dir_of(getattr(args, "grammar_cache", None)))
-    grammars = []
+    pieces, rest = [], []                    # (indices into regs, the grammar holding them)
     for k, reg in enumerate(regs):
         if reg is plan.registries[0] and getattr(args, "grammar", None):     # --grammar FILE: the run's tools
-            grammars.append(api.load_grammar(args.grammar, reg, tokenizer, format=args.format,
-                                             max_string=args.max_string, utf8=not args.bytes, device=device))
+            pieces.append(([k], api.load_grammar(args.grammar, reg, tokenizer, format=args.format,
+                                                 max_string=args.max_string, utf8=not args.bytes, device=device)))
         else:
-            grammars.append(_named(where[k], store.grammar, reg))
-    return combine(grammars), regs, groups
+            rest.append(k)
+    # the other sets compiled together (one table: what they share is compiled once); schema tasks are UTF-8,
+    # so with --bytes they are a table of their own
+    utf8_of = {k: isinstance(regs[k], SchemaTask) or not args.bytes for k in rest}
+    for flag in dict.fromkeys(utf8_of.values()):
+        ks = [k for k in rest if utf8_of[k] == flag]
+        pieces.append((ks, store.together([regs[k] for k in ks], [where[k] for k in ks], utf8=flag)))
+    table = combine([g for _, g in pieces])
+    if len(pieces) > 1:                      # the combined table's start states, in the order of regs
+        starts = [0] * len(regs)
+        for (ks, _), own in zip(pieces, table.grammar_starts):
+            for k, s in zip(ks, own):
+                starts[k] = s
+        table.starts = starts
+    return table, regs, groups
 
 
 def _named(where: str | None, fn, *fn_args):

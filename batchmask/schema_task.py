@@ -38,6 +38,10 @@ class SchemaTask:
         from .api import schema_grammar_key
         return schema_grammar_key(self.schema, self.options)
 
+    def grammar_node(self):
+        from .schema import schema_node
+        return schema_node(self.schema, self.options, separators=(",", ":"), where=self.source)
+
     def compile(self, tokenizer, device="cpu"):
         from .api import compile_json_schema
         return compile_json_schema(self.schema, tokenizer, options=self.options, device=device)

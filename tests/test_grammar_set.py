@@ -261,7 +261,9 @@ def task_registry(row, default):
 def test_cli_tasks_with_own_tools_and_a_second_run_compiles_nothing(files, tmp_path, count_compiles, capsys):
     cache = tmp_path / "cache"
     assert cli(files, tmp_path / "a.jsonl", cache=cache) == 0
-    assert len(count_compiles) == 4 and len(list(cache.glob("*.pt"))) == 4        # three tool sets, one schema
+    # three tool sets and one schema, compiled together into one table (one compile, one cache file)
+    assert len(count_compiles) == 1 and len(list(cache.glob("*.pt"))) == 1
+    assert count_compiles[0]["grammar"] == "together" and len(count_compiles[0]["grammars"]) == 4
     rows = [json.loads(x) for x in (files / "tasks.jsonl").read_text().splitlines()]
     default = ToolRegistry.from_obj(TOOL_SETS[2])
     recs = [json.loads(x) for x in (tmp_path / "a.jsonl").read_text().splitlines()]
@@ -278,7 +280,7 @@ def test_cli_tasks_with_own_tools_and_a_second_run_compiles_nothing(files, tmp_p
             jsonschema.validate(rec["call"]["arguments"], tool.parameters)
     count_compiles.clear()
     assert cli(files, tmp_path / "b.jsonl", cache=cache) == 0
-    assert count_compiles == []                                                    # all three from the cache
+    assert count_compiles == []                                                    # all four from the cache
     strip = lambda p: [{k: v for k, v in json.loads(x).items() if k != "seconds"} for x in p.read_text().splitlines()]
     assert strip(tmp_path / "a.jsonl") == strip(tmp_path / "b.jsonl")
     # the fingerprint holds each task's tools: other tools for one task are refused by --resume
