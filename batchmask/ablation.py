@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .compiler import compile_grammar
+from .api import compile_grammar  # any call format (the seed path for seed + native tools)
 from .display import printable
+from .envelope import get_envelope
 from .generation import BatchGenerator, GenerationConfig
+from .prompt import parse_call, render_call, render_prompt
 from .registry import ToolRegistry
 from .taskgen import judge, make_examples
 
@@ -54,23 +56,28 @@ class AblationReport:
 
 
 def run_ablation(model, tokenizer, n: int = 30, batch_size: int = 30, max_new_tokens: int = 160, seed: int = 0,
-                 max_string: int = 256, n_samples: int = 3) -> AblationReport:
+                 max_string: int = 256, n_samples: int = 3, format: str = "seed",
+                 system: str | None = None) -> AblationReport:
+    """Both arms on the same `n` held-out tasks. `format` and `system` mean what they mean to `generate`: the call
+    format the grammar writes and both arms are parsed in, and a system message before each task (chat
+    templates only)."""
     if n < 1:
         raise ValueError(f"--n must be >= 1, got {n}")
     registry = ToolRegistry.defaults()
     examples = make_examples(n, seed=seed, split="eval")
-    device = next(model.parameters()).device
-    grammar = compile_grammar(registry, tokenizer, max_string=max_string, device=device)
+    render_prompt(registry, examples[0].task, tokenizer, system=system)   # --system without a template: refused
+    device = next(model.parameters()).device                               # before any compile or run
+    grammar = compile_grammar(registry, tokenizer, format=format, max_string=max_string, device=device)
     arms = {}
     for arm in ARMS:
         config = GenerationConfig(batch_size=min(batch_size, n), max_new_tokens=max_new_tokens, temperature=0.0,
-                                  constrain=arm == "constrained", seed=seed)
+                                  constrain=arm == "constrained", seed=seed, format=format, system=system)
         gen = BatchGenerator(model, tokenizer, registry, grammar if arm == "constrained" else None, config)
         res = ArmResult()
         results = []
         stats = gen.run([ex.task for ex in examples], on_result=results.append)
         for ex, r in zip(examples, results):
-            score = judge(ex, r.text, registry)
+            score = _judge(ex, r.text, registry, format)
             res.trials += 1
             res.parsed += score["parsed"]
             res.usable += score["right_tool"]
@@ -79,3 +86,15 @@ def run_ablation(model, tokenizer, n: int = 30, batch_size: int = 30, max_new_to
         res.tokens, res.seconds = stats.tokens, stats.seconds
         arms[arm] = res
     return AblationReport(arms)
+
+
+def _judge(example, text: str, registry: ToolRegistry, format: str) -> dict:
+    """taskgen.judge (which reads the seed's envelope) for a call written in `format`: parsed in that format,
+    then judged in the seed's compact form (the same tool and arguments)."""
+    if format == "seed":
+        return judge(example, text, registry)
+    call, _ = parse_call(text, registry, format=format)
+    if call is None:
+        return {"parsed": False, "right_tool": False, "right_arg": False}
+    env = get_envelope(format)
+    return judge(example, render_call(call[env.name_key], call[env.args_key]), registry)

@@ -197,7 +197,7 @@ def cmd_ablate(args) -> int:
                                                 args.max_context, args.eos_id)
     report = run_ablation(model, tokenizer, n=args.n, batch_size=args.batch_size,
                           max_new_tokens=_max_new_tokens(args.max_new_tokens, model.config.seq_len), seed=args.seed,
-                          max_string=args.max_string)
+                          max_string=args.max_string, format=args.format, system=args.system)
     print(report.table())
     if args.json:
         Path(args.json).write_text(json.dumps(report.to_json(), indent=2))
@@ -286,6 +286,10 @@ def _format_arg(p):
                         '</tool_call> (Hermes, Qwen2.5)')
 
 
+def _system_arg(p):
+    p.add_argument("--system", help="a system message before each task (models with a chat template)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="batchmask", description="Batched grammar-constrained tool calling.")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -306,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--top-p", type=float_arg(0.0, 1.0, lo_open=True), default=1.0)
     g.add_argument("--no-constrain", action="store_true", help="the free arm: no grammar mask")
     _format_arg(g)
-    g.add_argument("--system", help="a system message before each task (models with a chat template)")
+    _system_arg(g)
     g.add_argument("--bytes", action="store_true", help="the seed's byte rule instead of whole UTF-8 characters")
     g.add_argument("--out", help="JSONL output (default: stdout); its settings go to OUT.run.json, and OUT.lock "
                                  "is held while the run writes")
@@ -322,6 +326,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--n", type=int_arg(1, limits.MAX_ABLATE_N), default=30,
                    help=f"trials per arm (default 30, at most {limits.MAX_ABLATE_N})")
     a.add_argument("--json", help="write per-arm counts as JSON")
+    _format_arg(a)                                 # as generate's: the grammar's format, both arms parsed in it
+    _system_arg(a)
     a.set_defaults(func=cmd_ablate, batch_size=30)
 
     c = sub.add_parser("compile", help="compile a registry against a tokenizer and write the cache file")

@@ -271,3 +271,35 @@ def test_a_template_on_a_sentencepiece_vocabulary_maps_its_bos_text_to_the_id():
     ids = encode_prompt(reg, "add 2 and 3", tok)
     assert ids[0] == tok.bos_id == 1 and ids.count(tok.bos_id) == 1
     assert ids[1:] == tok.encode("[INST] add 2 and 3 [/INST]", bos=False)
+
+
+def test_cli_ablate_takes_format_and_system_as_generate_does(dirs, checkpoints, tmp_path, capsys, monkeypatch):
+    from batchmask import generation
+    from batchmask.cli import main
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    for f in list(checkpoints["gpt2"].iterdir()) + list(Path(dirs["hermes-style"]).iterdir()):
+        (model_dir / f.name).write_bytes(f.read_bytes())
+    seen = []
+    real = generation.encode_prompts
+
+    def spy(tasks, tokenizer, regs, seq_len, system=None):
+        ids = real(tasks, tokenizer, regs, seq_len, system)
+        seen.append((list(tasks), system, ids))
+        return ids
+    monkeypatch.setattr(generation, "encode_prompts", spy)
+    report = tmp_path / "ablation.json"
+    argv = ["ablate", "--checkpoint", str(model_dir), "--n", "2", "--format", "hermes", "--system", "Call tools.",
+            "--max-string", "8", "--max-new-tokens", "80", "--json", str(report)]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert len(seen) == 2 and all(system == "Call tools." for _, system, _ in seen)     # both arms
+    hf = hf_tokenizer(model_dir)
+    reg = ToolRegistry.defaults()
+    for tasks, _, ids in seen:
+        for task, got in zip(tasks, ids):
+            text = hf.apply_chat_template(chat_messages(task, "Call tools."), tools=tool_schemas(reg),
+                                          add_generation_prompt=True, tokenize=False)
+            assert got == hf(text, add_special_tokens=False)["input_ids"]
+    counts = json.loads(report.read_text())
+    assert counts["constrained"]["parsed"] == counts["constrained"]["trials"] == 2    # the grammar wrote hermes calls

@@ -391,3 +391,32 @@ def test_grammar_that_is_not_a_cache_file_is_one_line_without_torch_words(tmp_pa
         assert not caught and not any(w in line.lower() for w in ("pickle", "weights_only", "torch.load")), line
         assert (("another batchmask version" in line) if name == "old.pt" else
                 ("not a batchmask grammar cache" in line)), line
+
+
+# --- ablate --format / --system, as generate's ---------------------------------------------------
+def test_ablate_system_without_a_template_is_refused_before_any_compile(capsys, monkeypatch):
+    import batchmask.ablation
+    def no_compile(*a, **k):
+        raise AssertionError("nothing may compile")
+    monkeypatch.setattr(batchmask.ablation, "compile_grammar", no_compile)
+    assert main(["ablate", "--n", "2", "--system", "be brief"]) == 2
+    assert "--system needs a chat template" in _one_error_line(capsys)
+
+
+@pytest.mark.parametrize("fmt", ["json", "llama3"])
+def test_ablate_format_judges_calls_in_that_format(fmt, tmp_path, capsys):
+    from batchmask.ablation import _judge
+    from batchmask.envelope import get_envelope
+    from batchmask.registry import ToolRegistry
+    from batchmask.taskgen import judge, make_examples
+    reg, env = ToolRegistry.defaults(), get_envelope(fmt)
+    for ex in make_examples(6, seed=1, split="eval"):           # the same verdict as the seed text of that call
+        body = json.dumps({env.name_key: ex.tool, env.args_key: ex.args})
+        seed = json.dumps({"tool": ex.tool, "args": ex.args}, separators=(",", ":"))
+        assert _judge(ex, env.prefix + body + env.suffix, reg, fmt) == judge(ex, seed, reg)
+        assert not _judge(ex, seed, reg, fmt)["parsed"]          # a seed call is no call in another format
+    out = tmp_path / "a.json"
+    assert main(["ablate", "--n", "2", "--format", fmt, "--max-new-tokens", "60", "--max-string", "16",
+                 "--json", str(out)]) == 0
+    capsys.readouterr()
+    assert json.loads(out.read_text())["constrained"]["parsed"] == 2       # the grammar writes `fmt` calls
