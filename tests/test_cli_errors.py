@@ -4,7 +4,11 @@ from __future__ import annotations
 import ast
 import io
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -420,3 +424,35 @@ def test_ablate_format_judges_calls_in_that_format(fmt, tmp_path, capsys):
                  "--json", str(out)]) == 0
     capsys.readouterr()
     assert json.loads(out.read_text())["constrained"]["parsed"] == 2       # the grammar writes `fmt` calls
+
+
+# --- Ctrl-C during start-up (the console script) ---------------------------------------------------
+def _child(code: str, tmp_path) -> subprocess.CompletedProcess:
+    """`code` in a fresh interpreter with SIGINT at its default (a shell's background job would ignore it)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def test_console_script_entry_installs_the_handler_before_importing_the_cli(tmp_path):
+    import tomllib
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["batchmask"] == "batchmask.console:main"
+    # what pip's script does first (`from batchmask.console import main`), then a Ctrl-C while the CLI and its
+    # modules are still being imported: it used to be a KeyboardInterrupt traceback from inside that import
+    proc = _child("import os, signal, sys\nfrom batchmask.console import main\n"
+                  "assert 'batchmask.cli' not in sys.modules and 'torch' not in sys.modules\n"
+                  "os.kill(os.getpid(), signal.SIGINT)\nimport batchmask.cli, torch\nprint('not interrupted')\n",
+                  tmp_path)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (130, "batchmask: interrupted\n", "")
+
+
+def test_console_script_ctrl_c_during_model_load_is_one_line(tmp_path):
+    (tmp_path / "t.txt").write_text("what is 2+2\n")
+    proc = _child("import os, signal, sys, time\nfrom batchmask.console import main\nimport batchmask.cli as cli\n"
+                  "def load(*a, **k):\n    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(30)\n"
+                  "cli.load_model_and_tokenizer = load\n"
+                  "sys.argv = ['batchmask', 'generate', '--tasks', 't.txt', '--out', 'o.jsonl', '--quiet']\n"
+                  "sys.exit(main())\n", tmp_path)
+    assert (proc.returncode, proc.stderr) == (130, "batchmask: interrupted\n")
+    assert not (tmp_path / "o.jsonl.lock").exists()                   # the held lock is let go

@@ -1,0 +1,34 @@
+"""The `batchmask` console script's entry point (pyproject.toml [project.scripts] batchmask.console:main).
+
+The script pip writes is `from batchmask.console import main; sys.exit(main())`. Importing this module is
+the first thing batchmask runs, and it installs the early Ctrl-C handler at once: a SIGINT from here on,
+while batchmask.cli, argparse and the command's own modules (torch, the model) are still being imported,
+exits 130 with one line instead of a KeyboardInterrupt traceback from inside some import. cli.main() then
+takes over (batchmask/interrupts.py: it replaces a handler marked `batchmask_early`). `python -m batchmask`
+does the same in batchmask/__main__.py.
+
+Only the program imports this module (the handler ends the process: no library or test should install it).
+"""
+import os
+import signal
+
+
+def _interrupted(signum, frame) -> None:
+    """Ctrl-C before the command line runs: nothing to save yet (no output is open), so exit at once."""
+    os.write(2, b"batchmask: interrupted\n")
+    os._exit(130)
+
+
+_interrupted.batchmask_early = True                 # interrupts.install_for_program takes over from it
+
+if signal.getsignal(signal.SIGINT) is signal.default_int_handler:   # not when started with SIGINT ignored
+    try:
+        signal.signal(signal.SIGINT, _interrupted)
+    except ValueError:                              # imported outside the main thread: nothing to install
+        pass
+
+
+def main() -> int:
+    """The command line (batchmask.cli.main), imported only now: after the handler is in place."""
+    from .cli import main as cli_main
+    return cli_main()
