@@ -111,13 +111,13 @@ def _compile(node, tokenizer, utf8, key, dev, automaton=None) -> CompiledGrammar
     t = build_tables(aut, prep, dev, far=lambda blk, n, d: _far_mask(blk, n, d))
     row_next = t["row_next"]
     store = table_dtype(row_next)
-    tree = [cache.node_to_json(n) for n in node] if isinstance(node, list) else cache.node_to_json(node)
     meta = {"format": CACHE_FORMAT, "key": key, "utf8": bool(utf8), "vocab_hash": prep.vocab_hash,
-            "vocab_size": V, "stop_ids": list(prep.stop_ids), "node": json.dumps(tree)}
+            "vocab_size": V, "stop_ids": list(prep.stop_ids)}            # + the tree as JSON, when saved
     g = CompiledGrammar(t["token_class"].to(torch.int32), t["state_row"].to(store), row_next.to(store),
                         t["row_legal"], t["row_final"], t["targets"].to(torch.int32), aut.start, eos_id,
                         t["done_state"],
                         list(tokenizer.token_bytes), meta, aut, stop_ids=prep.stop_ids, starts=aut.starts)
+    g.node = node
     g.compile_seconds = time.perf_counter() - t0
     return g
 
@@ -182,6 +182,7 @@ class CompiledGrammar:
         self.meta = meta
         self.automaton = automaton
         self.compile_seconds = 0.0
+        self.node = None                        # the grammar tree (a list for grammars compiled together)
         self._class_next = None
 
     @property
@@ -237,7 +238,7 @@ class CompiledGrammar:
         g = CompiledGrammar(*(getattr(self, k).to(device) for k in TABLES), self.start, self.eos_id,
                             self.done_state, self.token_bytes, self.meta, self.automaton, stop_ids=self.stop_ids,
                             starts=self.starts)
-        g.compile_seconds = self.compile_seconds
+        g.compile_seconds, g.node = self.compile_seconds, self.node
         return g
 
     # --- queries (vectorised, on the grammar's device) ----------------------------------------
@@ -311,15 +312,18 @@ class CompiledGrammar:
                   "stop_ids": list(stop_ids_of(tokenizer))}
         cache.check_meta(path, meta, expect)
         t = cache.check_tables(path, payload, meta["vocab_size"])
-        aut = automaton_of(cache.stored_node(path, meta), bool(meta["utf8"]))
+        node = cache.stored_node(path, meta)
+        aut = automaton_of(node, bool(meta["utf8"]))
         S = t["state_row"].shape[0]
         if aut.num_states + 1 != S:
             raise GrammarCacheError(f"{path}: corrupt grammar cache ({S} states, its grammar gives "
                                     f"{aut.num_states + 1})")
         if aut.starts is not None and list(aut.starts) != list(payload.get("starts") or [payload["start"]]):
             raise GrammarCacheError(f"{path}: corrupt grammar cache (its start states are not its grammar's)")
-        return cls(*(t[k].to(device) for k in TABLES), payload["start"], payload["eos_id"], payload["done_state"],
-                   list(tokenizer.token_bytes), meta, aut, stop_ids=payload.get("stop_ids"), starts=aut.starts)
+        g = cls(*(t[k].to(device) for k in TABLES), payload["start"], payload["eos_id"], payload["done_state"],
+                list(tokenizer.token_bytes), meta, aut, stop_ids=payload.get("stop_ids"), starts=aut.starts)
+        g.node = node
+        return g
 
     def __repr__(self) -> str:
         return (f"CompiledGrammar(states={self.num_states}, rows={self.num_rows}, classes={self.num_classes}, "

@@ -73,7 +73,13 @@ def plain(x):
 
 # --- save / load ----------------------------------------------------------------------------------------
 def save_grammar(g, path) -> None:
+    node = getattr(g, "node", None)
+    if node is None and "node" not in g.meta:
+        raise GrammarCacheError("this grammar has no grammar tree to store (only compiled grammars can be saved)")
+    tree = None if node is None else [node_to_json(n) for n in node] if isinstance(node, list) else node_to_json(node)
     meta = dict(g.meta, bytes_hash=hash_vocab(g.token_bytes, g.eos_id, g.stop_ids))
+    if tree is not None:
+        meta["node"] = json.dumps(tree)
     payload = {"meta": meta, "start": g.start, "eos_id": g.eos_id, "done_state": g.done_state,
                "stop_ids": list(g.stop_ids), "starts": list(g.starts)}
     payload.update({k: getattr(g, k).cpu() for k in TABLES})
