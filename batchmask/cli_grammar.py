@@ -103,18 +103,23 @@ def _payload(p: Path):
         return None, "a zip archive that is no torch file of plain tensors"
 
 
-def not_a_cache(p: Path) -> str | None:
-    """None if `p` is a batchmask grammar cache (of any format version), else why not (a few words)."""
+def _cache_meta(p: Path):
+    """(meta, None) if `p` is a batchmask grammar cache (of any format version), else (None, why not)."""
     if p.is_dir():
-        return "it is a directory"
+        return None, "it is a directory"
     payload, why = _payload(p)
     if payload is None:
-        return why
+        return None, why
     meta = payload.get("meta") if isinstance(payload, dict) else None
     fmt = meta.get("format") if isinstance(meta, dict) else None
     if not (isinstance(fmt, str) and fmt.startswith(CACHE_PREFIX)):
-        return "a torch file without batchmask's grammar settings"
-    return None
+        return None, "a torch file without batchmask's grammar settings"
+    return meta, None
+
+
+def not_a_cache(p: Path) -> str | None:
+    """None if `p` is a batchmask grammar cache (of any format version), else why not (a few words)."""
+    return _cache_meta(p)[1]
 
 
 @dataclass
@@ -129,11 +134,10 @@ class GrammarFile:
         p = Path(path)
         if not p.exists():
             raise ValueError(f"--grammar {p}: not found")
-        why = not_a_cache(p)
-        if why is not None:
+        meta, why = _cache_meta(p)
+        if meta is None:
             raise ValueError(f"--grammar {p}: not a batchmask grammar cache ({why}); `batchmask compile --out FILE` "
                              "writes one")
-        meta = _payload(p)[0]["meta"]
         if meta["format"] != CACHE_FORMAT:
             raise ValueError(f"--grammar {p}: written by another batchmask version (cache format "
                              f"{short(meta['format'])}, this one reads {CACHE_FORMAT!r}); compile it again")
