@@ -1,6 +1,7 @@
 """Ctrl-C at any moment ends `batchmask` with status 130 and no traceback, keeping every finished line.
 
-Two regimes, for the program (cli.main with argv None; batchmask/__main__.py covers its own import):
+Two regimes, for the program (cli.main with argv None; batchmask/__main__.py and the console script's
+batchmask/console.py install the first handler before the CLI is imported, and cli.main takes over):
     until generation starts  nothing is worth saving: SIGINT exits at once (exit_at_once). Raising
                              KeyboardInterrupt there instead can land inside an import (torch, numpy) that
                              swallows it and leaves a half-made module behind, to fail later as another
