@@ -160,8 +160,9 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     state_row, row_order = in_first_use_order(state_row)
     row_next = row_next.index_select(0, row_order).index_select(1, col_rep.index_select(0, cls_order))
     class_size = torch.bincount(token_class, minlength=row_next.shape[1])
-    # float64 products and sums of counts <= V are exact, and go through BLAS (an int64 matmul does not)
-    row_legal = ((row_next != -1).to(torch.float64) @ class_size.to(torch.float64)).to(torch.int32)   # [R]
+    # through BLAS (an int64 matmul does not): every partial sum is a count <= V, exact in float32 below 2^24
+    exact = torch.float32 if V < (1 << 24) else torch.float64
+    row_legal = ((row_next != -1).to(exact) @ class_size.to(exact)).to(torch.int32)   # [R]
     final = torch.zeros(S + 1, dtype=torch.bool, device=dev)
     final[acc] = True
     final[done] = True
@@ -242,29 +243,43 @@ def _value_rows(aut, sigs, after_ev, blocks_of, rep, far, dev):
             gstart.append(gstart[-1] + grids[-1].numel())
         cj = torch.cat(sel_j)                                                # [Nk] block (within the type)
         bounds = torch.tensor([[aut.blocks[k].min, aut.blocks[k].max] for k in ks], device=dev)
-        lo, hi = bounds[cj, 0][:, None], bounds[cj, 1][:, None]              # [Nk, 1]
-        qs = torch.cat(sel_q)
-        out = sig.out[:, rep].index_select(0, qs)                            # [Nk, C]
-        n2 = torch.cat(sel_n)[:, None] + sig.units[:, rep].index_select(0, qs)   # units after the token
-        q2 = sig.q_end[:, rep].index_select(0, qs)
-        grid = torch.cat(grids)
-        stays = (out == STAYS) & stays_ok(vt, n2, q2, hi)
-        at = torch.as_tensor(gstart[:-1], device=dev)[cj][:, None] + torch.minimum(n2, hi) * Q + q2.clamp(min=0)
-        inside = grid.index_select(0, at.view(-1)).view_as(at)
-        ev = sig.ev_of[:, rep].index_select(0, qs)                           # [Nk, C]
-        aft = after_ev[name]                                                 # [B_vt, E]
-        E_ev = aft.shape[1]
-        after = aft.reshape(-1).index_select(0, (cj[:, None] * E_ev + ev.clamp(min=0)).view(-1)).view_as(ev) \
-            if E_ev else torch.full_like(ev, -1)
-        after = torch.where(ev >= 0, after, -1)
-        closes = (out == STOPS) & close_ok(vt, n2, q2.clamp(min=0), lo, hi) & (after >= 0)
-        rows.append(torch.where(closes, after, torch.where(stays, inside, -1)))
+        qs, ns, grid = torch.cat(sel_q), torch.cat(sel_n), torch.cat(grids)
+        gbase = torch.as_tensor(gstart[:-1], device=dev)
+        step = max(1, CELL_ENTRIES // max(1, C))
+        for a in range(0, len(qs), step):    # cells in chunks: the [cells, C] temporaries stay in cache
+            cut = slice(a, a + step)
+            r, w = _cell_rows(vt, sig, rep, qs[cut], ns[cut], cj[cut], bounds, grid, gbase, after_ev[name])
+            rows.append(r)
+            within.append(w)
         ids_out.append(torch.cat(sel_id))
-        within.append(stays)
     if not rows:
         return (torch.empty(0, dtype=torch.int64, device=dev), torch.empty((0, C), dtype=torch.int64, device=dev),
                 torch.empty((0, C), dtype=torch.bool, device=dev))
     return torch.cat(ids_out), torch.cat(rows), torch.cat(within)
+
+
+# cells x classes per chunk of _cell_rows (int64 temporaries of ~2 MB)
+CELL_ENTRIES = 1 << 18
+
+
+def _cell_rows(vt, sig, rep, qs, ns, cj, bounds, grid, gbase, aft):
+    """Rows of block cells (sub-state qs, count ns, block cj of the type, all [n]) for the class
+    representatives `rep` [C]: (next states int64 [n, C], within bool [n, C])."""
+    Q = vt.num_substates
+    lo, hi = bounds[cj, 0][:, None], bounds[cj, 1][:, None]                 # [n, 1]
+    out = sig.out[:, rep].index_select(0, qs)                                # [n, C]
+    n2 = ns[:, None] + sig.units[:, rep].index_select(0, qs)                 # units after the token
+    q2 = sig.q_end[:, rep].index_select(0, qs)
+    stays = (out == STAYS) & stays_ok(vt, n2, q2, hi)
+    at = gbase[cj][:, None] + torch.minimum(n2, hi) * Q + q2.clamp(min=0)
+    inside = grid.index_select(0, at.view(-1)).view_as(at)
+    ev = sig.ev_of[:, rep].index_select(0, qs)                               # [n, C]
+    E_ev = aft.shape[1]                                                      # aft: [B_vt, E]
+    after = aft.reshape(-1).index_select(0, (cj[:, None] * E_ev + ev.clamp(min=0)).view(-1)).view_as(ev) \
+        if E_ev else torch.full_like(ev, -1)
+    after = torch.where(ev >= 0, after, -1)
+    closes = (out == STOPS) & close_ok(vt, n2, q2.clamp(min=0), lo, hi) & (after >= 0)
+    return torch.where(closes, after, torch.where(stays, inside, -1)), stays
 
 
 def _share_far(aut, state_row, far, sigs) -> None:
