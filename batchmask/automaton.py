@@ -108,14 +108,38 @@ def row_classes(rows: np.ndarray) -> np.ndarray:
     return out
 
 
-def byte_table(aut: Automaton, token_len: int):
+def _entry_tails(aut: Automaton, tails: np.ndarray) -> np.ndarray:
+    """int64 [B]: per block, the most bytes a token can still hold after a byte that enters the block
+    (an explicit state's edge or another block's exit into one of its cells); -1 if no byte enters it."""
+    B = len(aut.blocks)
+    out = np.full(B, -1, dtype=np.int64)
+    if not B:
+        return out
+    bases = np.array([b.base for b in aut.blocks], dtype=np.int64)
+    order = np.argsort(bases)
+    lo, hi = bases[order], bases[order] + np.array([aut.blocks[k].size for k in order], dtype=np.int64)
+    e = np.asarray(aut.edges).reshape(-1, 3)
+    dst = [e[:, 2]] + [b.exits[b.exits >= 0] for b in aut.blocks]
+    via = [e[:, 1]] + [np.flatnonzero(b.exits >= 0) for b in aut.blocks]
+    dst, via = np.concatenate(dst).astype(np.int64), np.concatenate(via).astype(np.int64)
+    at = np.searchsorted(lo, dst, side="right") - 1                      # the block whose ids could hold dst
+    inside = (at >= 0) & (dst < hi[np.maximum(at, 0)])
+    np.maximum.at(out, order[at[inside]], tails[via[inside]])
+    return out
+
+
+def byte_table(aut: Automaton, token_len: int, tails: np.ndarray | None = None):
     """The transitions of the states a token's bytes can reach from an explicit state, per byte class.
 
     Returns (delta int32 [Sc, K] in compact ids, -1 illegal; byte_class int64 [256]; to_compact
     int64 [S], -1 for states left out; from_compact int64 [Sc]). A token of at most `token_len`
     bytes that enters a block at count n never gets past count n + token_len - 1, so each block
     needs rows only that deep; the deeper cells are handled by the table builder's per-token
-    arithmetic instead. The table thus stays small whatever a value's cap is.
+    arithmetic instead. The table thus stays small whatever a value's cap is. With `tails`
+    (int64 [256], tokensim.FlatVocab.max_tail: the most bytes any token has after each byte
+    value) the bound is per block: a token enters it by one of its entry bytes b and adds at most
+    tails[b] units after it (a unit takes at least one byte), so its rows go entry_depth + tails[b]
+    deep (a quote is followed by a few bytes in any vocabulary, the longest token by many).
     """
     S = aut.num_states
     byte_class = byte_classes(aut)
@@ -124,8 +148,9 @@ def byte_table(aut: Automaton, token_len: int):
     rep[byte_class[::-1]] = np.arange(255, -1, -1)            # one byte per class (any will do)
     keep = np.ones(S, dtype=bool)
     depth = []                                                 # per block: how deep its rows go
-    for blk in aut.blocks:
-        depth.append(min(blk.max + 1, blk.entry_depth + max(token_len, 1)))
+    after = _entry_tails(aut, tails) if tails is not None else [max(token_len, 1) - 1] * len(aut.blocks)
+    for blk, t in zip(aut.blocks, after):
+        depth.append(min(blk.max + 1, blk.entry_depth + 1 + max(int(t), 0)))
         keep[blk.base:blk.base + blk.size] = blk.ns < depth[-1]
     from_compact = np.flatnonzero(keep)
     to_compact = np.full(S + 1, -1, dtype=np.int32)          # index S (= -1 wrapped) stays -1

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -63,6 +64,17 @@ class FlatVocab:
 
     def __len__(self) -> int:
         return self.lengths.shape[0]
+
+    @cached_property
+    def max_tail(self) -> np.ndarray:
+        """int64 [256]: the most bytes any token has after an occurrence of each byte value (0 if none).
+
+        A token that enters a value by byte b adds at most max_tail[b] units to it (automaton.byte_table)."""
+        flat = self.flat_np[:-1]
+        tail = np.repeat(self.offset_np + self.lengths_np, self.lengths_np) - np.arange(len(flat)) - 1    # [N]
+        out = np.zeros(256, dtype=np.int64)
+        np.maximum.at(out, flat, tail)
+        return out
 
     def byte_at(self, tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         return self.flat[self.offset[tok] + pos]
