@@ -6,6 +6,9 @@
     proc = LogitsProcessor(grammar, batch_size=len(prompts))
     out = model.generate(**inputs, logits_processor=[proc], eos_token_id=list(tok.stop_ids), ...)
 
+Several tool sets in one batch: compile them together (`batchmask.compile_grammars([reg0, reg1, ...], tok)`) and
+pass `sets=[...]`, which of them each sequence uses (an index into the grammar's `starts`).
+
 One BatchMasker row per sequence, on the logits' device (Triton on CUDA, the torch path elsewhere). Per call
 of generate's loop the processor advances every row by the token generate appended to it (the first call sees
 the prompt only), then masks all rows in one launch, in place: no per-row work on the host and no bitmask
@@ -30,11 +33,25 @@ from .masker import BatchMasker
 class LogitsProcessor(transformers.LogitsProcessor):
     """Constrain every sequence of a `model.generate` batch to `grammar` (a CompiledGrammar)."""
 
-    def __init__(self, grammar, batch_size: int, *, device=None, backend: str = "auto", max_tokens: int = 4096):
-        """device: where the logits will be (builds the masker now: its tables take a while for a large grammar
-        and vocabulary, seconds on a CPU for 12 typed tools x 152K ids); default: built on the first call."""
+    def __init__(self, grammar, batch_size: int, *, sets=None, device=None, backend: str = "auto",
+                 max_tokens: int = 4096):
+        """sets: for grammars compiled together (compile_grammars), which one each sequence uses (int [batch_size],
+        indices into grammar.starts; default: the first for all). device: where the logits will be (builds the
+        masker now: its tables take a while for a large grammar and vocabulary, seconds on a CPU for 12 typed tools
+        x 152K ids); default: built on the first call."""
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1 (the sequences generate runs), got {batch_size!r}")
+        starts = list(getattr(grammar, "starts", None) or [grammar.start])
+        self.starts = None
+        if sets is not None:
+            sets = [int(k) for k in sets]
+            if len(sets) != batch_size:
+                raise ValueError(f"sets: one per sequence, {batch_size}, got {len(sets)}")
+            bad = [k for k in sets if not 0 <= k < len(starts)]
+            if bad:
+                raise ValueError(f"sets: {bad[0]} is not a grammar of this table (it holds {len(starts)}: 0.."
+                                 f"{len(starts) - 1})")
+            self.starts = [starts[k] for k in sets]
         self.grammar = grammar
         self.batch_size = batch_size
         self.backend = backend
@@ -54,7 +71,7 @@ class LogitsProcessor(transformers.LogitsProcessor):
             raise ValueError(self._shape_error(rows))
         masker = self._masker_on(scores.device)
         if self._prev is None:                                    # first step: the prompt only
-            masker.reset()
+            masker.reset(starts=self.starts)
         else:
             prev_len = self._prev.shape[1]
             if length != prev_len + 1 or not torch.equal(input_ids[:, :prev_len], self._prev):

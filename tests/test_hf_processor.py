@@ -136,3 +136,40 @@ def test_a_finished_row_allows_only_the_end_token(setup):
             assert set(row[stop:]) == {grammar.eos_id}
             assert parse_call(tok.decode(row[:stop]), reg, format=FMT)[0] is not None
     assert finished >= 2
+
+
+def test_each_sequence_in_its_own_tool_set(setup):
+    """Tool sets compiled together, one per sequence (`sets`): every sampled call names a tool of its own set and
+    validates against it."""
+    from batchmask import compile_grammars
+    from batchmask.registry import ToolRegistry
+    model, _, tok, reg, _ = setup
+    regs = [ToolRegistry(list(reg)[:2], source="<two tools>"), ToolRegistry(list(reg)[2:], source="<the others>")]
+    assert set(regs[0].names) != set(regs[1].names)
+    grammar = compile_grammars(regs, tok, format=FMT, max_string=MAX_STRING)
+    sets = [0, 1, 0, 1]
+    prompts = [encode_prompt(regs[k], t, tok) for k, t in zip(sets, TASKS[:4])]
+    ids, mask = left_padded(prompts)
+    torch.manual_seed(1)
+    proc = LogitsProcessor(grammar, 4, sets=sets)
+    out = model.generate(input_ids=ids, attention_mask=mask, logits_processor=[proc], max_new_tokens=80,
+                         eos_token_id=list(tok.stop_ids), pad_token_id=PAD, do_sample=True, temperature=1.0, top_k=0)
+    proc.check()
+    env = get_envelope(FMT)
+    for k, row in zip(sets, out):
+        text = call_text(tok, row[ids.shape[1]:].tolist())
+        call, error = parse_call(text, regs[k], format=FMT)
+        assert call is not None, f"{text!r}: {error}"
+        tool = regs[k][call["name"]]
+        if tool.typed:
+            jsonschema.validate(call[env.args_key], tool.parameters)
+    # the first step masks each sequence by its own set's start state
+    first = LogitsProcessor(grammar, 4, sets=sets)
+    scores = first(ids, torch.randn(4, model.config.vocab_size))
+    for r, k in enumerate(sets):
+        legal = torch.zeros(model.config.vocab_size, dtype=torch.bool)
+        legal[:grammar.vocab_size] = grammar.allowed([grammar.starts[k]])[0]
+        assert torch.equal(scores[r] > float("-inf"), legal)
+    assert first.masker.states.tolist() == [grammar.starts[k] for k in sets] and len(set(grammar.starts)) == 2
+    with pytest.raises(ValueError, match="sets: 2 is not a grammar of this table"):
+        LogitsProcessor(grammar, 2, sets=[0, 2])
