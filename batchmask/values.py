@@ -144,10 +144,13 @@ def stays_ok(vt: ValueType, n2, q2, max_: int):
     return (q2 >= 0) & (n2 + vt.pending[q2.clamp(min=0) if hasattr(q2, "clamp") else np.maximum(q2, 0)] <= max_)
 
 
-def stays_need(vt: ValueType, q2: np.ndarray, inc: np.ndarray) -> np.ndarray:
-    """int64: the least `max - n` at which a move from count n adding `inc` units to sub-state `q2` is
-    legal (stays_ok(vt, n + inc, q2, max) holds iff max - n >= this); 2^40 where q2 < 0 (never)."""
-    return np.where(q2 >= 0, inc + vt.pending[np.maximum(q2, 0)], 1 << 40)
+def stays_need(vt: ValueType, q2, inc):
+    """The least `max - n` at which a move from count n adding `inc` units to sub-state `q2` is legal
+    (stays_ok(vt, n + inc, q2, max) holds iff max - n >= this); 2^30 where q2 < 0 (never). numpy or torch."""
+    if hasattr(q2, "clamp"):
+        import torch
+        return torch.where(q2 >= 0, inc + vt.pending[q2.clamp(min=0)], 1 << 30)
+    return np.where(q2 >= 0, inc + vt.pending[np.maximum(q2, 0)], 1 << 30)
 
 
 def close_ok(vt: ValueType, n, q, min_: int, max_: int):

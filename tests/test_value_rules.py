@@ -23,6 +23,8 @@ def test_stays_and_close_match_their_statements():
             for inc in (0, 1):
                 need = stays_need(vt, q2[0, :, 0], np.full(Q + 1, inc))
                 assert np.array_equal(max_ - n[:, 0] >= need[None, :], stays_ok(vt, n[:, 0] + inc, q2[0, :, 0], max_))
+                got = stays_need(tv, torch.as_tensor(q2[0, :, 0]), torch.full((Q + 1,), inc))
+                assert torch.equal(got, torch.as_tensor(need))
         q = np.arange(Q)[None, :]
         for lo, hi in ((0, 5), (2, 3), (4, 4)):
             plain = vt.accept[q] & (n[:, 0] >= lo) & (n[:, 0] <= hi)
