@@ -10,6 +10,7 @@ so a file works on its own.
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -94,13 +95,19 @@ def save_grammar(g, path) -> None:
 def read_payload(path) -> dict:
     path = Path(path)
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():          # torch warns (a paragraph about pickles) before it fails
+            warnings.simplefilter("ignore")
+            payload = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise GrammarCacheError(f"{path}: grammar cache not found") from None
-    except Exception as e:  # torch raises many kinds on a corrupt zip/pickle
-        raise GrammarCacheError(f"{path}: not a readable grammar cache ({type(e).__name__}: {e})") from None
-    if not isinstance(payload, dict) or not isinstance(payload.get("meta"), dict) \
-            or payload["meta"].get("format") != CACHE_FORMAT:
+    except Exception as e:  # torch raises many kinds on a corrupt zip/pickle; its message is pages long
+        raise GrammarCacheError(f"{path}: not a readable grammar cache ({type(e).__name__})") from None
+    fmt = payload.get("meta", {}).get("format") if isinstance(payload, dict) and \
+        isinstance(payload.get("meta"), dict) else None
+    if isinstance(fmt, str) and fmt.startswith("batchmask-grammar/") and fmt != CACHE_FORMAT:
+        raise GrammarCacheError(f"{path}: a grammar cache of another batchmask version ({fmt}, this one reads "
+                                f"{CACHE_FORMAT}): compile it again")
+    if fmt != CACHE_FORMAT:
         raise GrammarCacheError(f"{path}: not a batchmask grammar cache (expected format {CACHE_FORMAT!r})")
     return payload
 
