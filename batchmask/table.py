@@ -53,7 +53,7 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     V, S = len(vocab), aut.num_states
     far = _once(far)                    # each block's far cells: asked for by the rows and by _share_far
     done = S
-    delta_np, byte_class, to_c_np, from_c_np = byte_table(aut, vocab.max_len)
+    delta_np, byte_class, to_c_np, from_c_np = byte_table(aut, vocab.max_len, vocab.max_tail)
     steps = ByteSteps.of(delta_np, byte_class, vocab, dev)
     to_c, from_c = torch.as_tensor(to_c_np, device=dev), torch.as_tensor(from_c_np, device=dev)
 
