@@ -234,20 +234,21 @@ class _Subsets:
         parallel = [0]                        # explicit states holding two or more string positions
 
         def target(elems: tuple):
-            if len(elems) == 1 and isinstance(elems[0], tuple):
+            one = len(elems) == 1
+            if one and isinstance(elems[0], tuple):
                 j, n, _ = elems[0]
                 if j not in blocks_seen:
                     blocks_seen[j] = 0
                     queue.append(("exits", j))
                 blocks_seen[j] = max(blocks_seen[j], n)
                 return ("B",) + elems[0]
-            key = frozenset(elems)
+            key = elems[0] if one else frozenset(elems)      # a lone element is its own key (no set to build)
             i = index.get(key)
             if i is None:
                 i = index[key] = len(states)
                 states.append(elems)
                 queue.append(("state", i))
-                if sum(isinstance(e, tuple) for e in elems) > 1:
+                if not one and sum(isinstance(e, tuple) for e in elems) > 1:
                     parallel[0] += 1
                 if parallel[0] > MAX_PARALLEL:
                     raise GrammarBuildError(
