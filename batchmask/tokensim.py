@@ -246,15 +246,16 @@ def explicit_columns(edges: torch.Tensor, steps: ByteSteps, vocab: FlatVocab):
     b2 = vocab.pair_b2[g]
     after1 = e[ce, 2]
     K = steps.delta.shape[1]
-    cls2 = steps.byte_class[np.minimum(b2, 255)]
-    ok = (b2 == 256) | (steps.delta.reshape(-1)[after1 * K + cls2] >= 0)       # second byte taken (or the end)
-    ce, g = ce[ok], g[ok]
+    # the state after the second byte (a one-byte token ends after the first): -1 where it is refused
+    after2 = np.where(b2 == 256, after1, steps.delta.reshape(-1)[after1 * K + steps.byte_class[np.minimum(b2, 255)]])
+    ok = after2 >= 0
+    ce, g, after2 = ce[ok], g[ok], after2[ok]
     cnt = vocab.pair_n[g]
     cell = np.repeat(np.arange(len(ce)), cnt)
     rank = np.arange(len(cell)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
     tok = vocab.by_pair_np[vocab.pair_at[g][cell] + rank]                                   # [P]
     e_of = ce[cell]
-    nxt = _run(steps, vocab, e[e_of, 2], tok, np.ones_like(tok))
+    nxt = _run(steps, vocab, after2[cell], tok, np.minimum(vocab.lengths_np[tok], 2))     # on from the third byte
     keep = nxt >= 0
     return tuple(torch.from_numpy(x[keep]).to(dev) for x in (e[e_of, 0], tok, nxt))
 
