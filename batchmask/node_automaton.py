@@ -54,6 +54,7 @@ class _NFA:
         self._index: dict = {}
         self.masks: list[bytes] = []
         self._mask_id: dict[bytes, int] = {}
+        self._built: dict = {}       # (id(node), k) -> state: a subtree met again (a tool in many sets) is not rebuilt
         self.end = self._add(END, None, -1)
 
     def _add(self, kind, arg, nxt) -> int:
@@ -74,7 +75,17 @@ class _NFA:
         return i
 
     def build(self, node, k: int, where: str) -> int:
-        """The state that reads `node` and then goes on to state `k`."""
+        """The state that reads `node` and then goes on to state `k`.
+
+        Building is deterministic and hash-consed, so the same subtree object before the same `k` gives
+        the same state again: it is looked up (the tree holds its nodes, so their ids stay theirs)."""
+        key = (id(node), k)
+        got = self._built.get(key)
+        if got is None:
+            got = self._built[key] = self._build(node, k, where)
+        return got
+
+    def _build(self, node, k: int, where: str) -> int:
         if isinstance(node, Lit):
             if not isinstance(node.text, (bytes, bytearray)):
                 raise GrammarBuildError(f"{where}: Lit.text must be bytes, got {type(node.text).__name__}")
