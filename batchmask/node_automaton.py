@@ -1,17 +1,6 @@
 """Any tree of grammar.py's nodes -> the automaton of automaton.py (NFA, then subset construction).
 
-The NFA is built right to left and hash-consed: a state is (kind, what it reads, where it goes),
-and equal states are one state. Equal suffixes of a grammar (every tool's closing `"}}`, say)
-are therefore the same NFA states, and two equal value bodies with equal continuations are the
-same block. Kinds:
-
-    BYTE   one byte from a set, then `next`        (Lit bytes, ByteSet)
-    ALT    any of several states (no byte)          (Alt, optional repeats)
-    BLOCK  a value body of a value type, `next` after its closing byte   (Str, JsonStr)
-    END    the value is complete
-
-Every edge goes from a later-built state to an earlier one (ids decrease along a path), so the
-shortest completion of every state is one pass in id order.
+The NFA (nfa.py) is built right to left and hash-consed; its kinds are BYTE, ALT, BLOCK, END.
 
 Subset construction runs over *elements*: an NFA state waiting for a byte, END, or a position
 (j, n, q) inside block j. A subset that is exactly one block position is that block's cell (n, q):
@@ -30,126 +19,13 @@ from collections import deque
 import numpy as np
 
 from .automaton import Automaton, Block, row_classes
-from .grammar import Alt, ByteSet, JsonStr, Lit, Repeat, Seq, Str
+from .nfa import ALT, BLOCK, BYTE, END, NFA, GrammarBuildError
 from .values import close_ok, stays_ok, value_type
 
-BYTE, ALT, BLOCK, END = range(4)
+__all__ = ["build_node_automaton", "GrammarBuildError", "MAX_EXPLICIT", "MAX_PARALLEL"]
+
 MAX_EXPLICIT = 200_000
 MAX_PARALLEL = 5_000
-
-
-_ONE_BYTE = tuple(bytes(b == i for i in range(256)) for b in range(256))     # the mask of each single byte
-
-
-class GrammarBuildError(ValueError):
-    """A grammar tree the automaton builder cannot take (malformed, or too large)."""
-
-
-class _NFA:
-    def __init__(self, utf8: bool):
-        self.utf8 = utf8
-        self.kind: list[int] = []
-        self.arg: list = []          # BYTE: mask id; ALT: tuple of states; BLOCK: (value type, min, max)
-        self.next: list[int] = []
-        self._index: dict = {}
-        self.masks: list[bytes] = []
-        self._mask_id: dict[bytes, int] = {}
-        self._built: dict = {}       # (id(node), k) -> state: a subtree met again (a tool in many sets) is not rebuilt
-        self.end = self._add(END, None, -1)
-
-    def _add(self, kind, arg, nxt) -> int:
-        key = (kind, arg, nxt)
-        i = self._index.get(key)
-        if i is None:
-            i = self._index[key] = len(self.kind)
-            self.kind.append(kind)
-            self.arg.append(arg)
-            self.next.append(nxt)
-        return i
-
-    def _mask(self, mask: bytes) -> int:
-        i = self._mask_id.get(mask)
-        if i is None:
-            i = self._mask_id[mask] = len(self.masks)
-            self.masks.append(mask)
-        return i
-
-    def build(self, node, k: int, where: str) -> int:
-        """The state that reads `node` and then goes on to state `k`.
-
-        Building is deterministic and hash-consed, so the same subtree object before the same `k` gives
-        the same state again: it is looked up (the tree holds its nodes, so their ids stay theirs)."""
-        key = (id(node), k)
-        got = self._built.get(key)
-        if got is None:
-            got = self._built[key] = self._build(node, k, where)
-        return got
-
-    def _build(self, node, k: int, where: str) -> int:
-        if isinstance(node, Lit):
-            if not isinstance(node.text, (bytes, bytearray)):
-                raise GrammarBuildError(f"{where}: Lit.text must be bytes, got {type(node.text).__name__}")
-            for b in reversed(bytes(node.text)):
-                k = self._add(BYTE, self._mask(_ONE_BYTE[b]), k)
-            return k
-        if isinstance(node, Seq):
-            for i in range(len(node.items) - 1, -1, -1):
-                k = self.build(node.items[i], k, f"{where}.items[{i}]")
-            return k
-        if isinstance(node, Alt):
-            if not node.options:
-                raise GrammarBuildError(f"{where}: Alt has no options")
-            opts = tuple(dict.fromkeys(self.build(o, k, f"{where}.options[{i}]") for i, o in enumerate(node.options)))
-            return opts[0] if len(opts) == 1 else self._add(ALT, opts, -1)
-        if isinstance(node, ByteSet):
-            mask = bytes(node.mask)
-            if mask not in self._mask_id and (len(mask) != 256 or mask.translate(None, b"\x00\x01")):
-                raise GrammarBuildError(f"{where}: ByteSet.mask must be 256 bytes of 0/1, got {len(mask)} bytes")
-            return self._add(BYTE, self._mask(mask), k)
-        if isinstance(node, Repeat):
-            _check_bounds(node, where)
-            opt = k
-            for _ in range(node.max - node.min):          # up to max - min more, each optional
-                opt = self._alt(self.build(node.item, opt, f"{where}.item"), k)
-            for _ in range(node.min):
-                opt = self.build(node.item, opt, f"{where}.item")
-            return opt
-        if isinstance(node, (Str, JsonStr)):
-            _check_bounds(node, where)
-            if self.end in self.closure(k):
-                raise GrammarBuildError(f"{where}: a string body must be followed by its closing quote, "
-                                        "not by the end of the grammar")
-            vt = value_type("seed" if isinstance(node, Str) else "json", self.utf8)
-            return self._add(BLOCK, (vt.name, node.min, node.max), k)
-        raise GrammarBuildError(f"{where}: not a grammar node: {type(node).__name__} "
-                                "(expected Lit, Seq, Alt, ByteSet, Repeat, Str or JsonStr)")
-
-    def _alt(self, a: int, b: int) -> int:
-        return a if a == b else self._add(ALT, (a, b), -1)
-
-    def closure(self, i: int, memo: dict | None = None) -> tuple:
-        """The elements state i stands for, in priority order (first Alt option first)."""
-        memo = self._closure if memo is None else memo
-        got = memo.get(i)
-        if got is not None:
-            return got
-        kind = self.kind[i]
-        if kind == ALT:
-            out = tuple(dict.fromkeys(e for o in self.arg[i] for e in self.closure(o, memo)))
-        elif kind == BLOCK:
-            out = ((i, 0, 0),)
-        else:
-            out = (i,)
-        memo[i] = out
-        return out
-
-    _closure: dict
-
-
-def _check_bounds(node, where):
-    if not (isinstance(node.min, int) and isinstance(node.max, int) and 0 <= node.min <= node.max):
-        raise GrammarBuildError(f"{where}: {type(node).__name__} bounds must be integers 0 <= min <= max, "
-                                f"got min={node.min!r}, max={node.max!r}")
 
 
 def build_node_automaton(node, utf8: bool = True) -> Automaton:
@@ -161,7 +37,7 @@ def build_node_automaton(node, utf8: bool = True) -> Automaton:
     paused = gc.isenabled()
     gc.disable()
     try:
-        nfa = _NFA(utf8)
+        nfa = NFA(utf8)
         nfa._closure = {}
         starts = [nfa.build(t, nfa.end, "grammar" if len(trees) == 1 else f"grammar {k}")
                   for k, t in enumerate(trees)]
@@ -174,7 +50,7 @@ def build_node_automaton(node, utf8: bool = True) -> Automaton:
 class _Subsets:
     """Subset construction over byte classes (see the module docstring)."""
 
-    def __init__(self, nfa: _NFA, starts: list[int]):
+    def __init__(self, nfa: NFA, starts: list[int]):
         self.nfa = nfa
         self.starts = starts
         self.vts = {}
@@ -332,7 +208,7 @@ class _Subsets:
 class _NodeSource:
     """describe() and finish_bytes() for a node-built automaton."""
 
-    def __init__(self, nfa: _NFA, states, blocks, subsets: _Subsets):
+    def __init__(self, nfa: NFA, states, blocks, subsets: _Subsets):
         self.nfa, self.states, self.blocks, self.sub = nfa, states, blocks, subsets
         self._best = None
 
