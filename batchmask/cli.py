@@ -79,7 +79,8 @@ def _generate(args, dist, taskfile, output) -> int:
     dtype = _dtype(args.dtype, device)
     tasks = taskfile.tasks
     registry = load_registry(args.tools)
-    from .grammar_store import plan_tasks, run_grammars
+    from .grammar_store import plan_tasks
+    from .waves import prepare_waves, run_waves, wave_table
     plan = plan_tasks(taskfile, registry)          # every task's own "tools" validated, before the model loads
     grammar_file = None
     if args.grammar and not args.no_constrain:     # --grammar FILE read and matched to the flags, named by flag
@@ -112,17 +113,24 @@ def _generate(args, dist, taskfile, output) -> int:
     batch = max(1, min(args.batch_size, len(todo)))           # more slots than tasks would only cost memory
     inputs = [taskfile.task_input(i) for i in todo]           # a task's text, or its JSONL "messages"
 
+    config = GenerationConfig(batch_size=batch, max_new_tokens=max([max_new, *limits]),
+                              temperature=args.temperature, top_p=args.top_p, seed=args.seed,
+                              constrain=not args.no_constrain, record_counts=args.show, format=args.format,
+                              system=args.system)
+
+    def generator(w):
+        return BatchGenerator(model, tokenizer, registry, wave_table(w, args, plan, todo, tokenizer, device), config,
+                              registries=w.registries)
+
     def prepare():
-        # every tool set's grammar (cached, in one table: grammar_store.py) and every prompt, before any write
-        table, regs, groups = run_grammars(args, plan, todo, tokenizer, device)
-        encode_prompts(inputs, tokenizer, [regs[g] for g in groups], context, args.system)
-        config = GenerationConfig(batch_size=batch, max_new_tokens=max([max_new, *limits]),
-                                  temperature=args.temperature, top_p=args.top_p, seed=args.seed,
-                                  constrain=not args.no_constrain, record_counts=args.show, format=args.format,
-                                  system=args.system)
-        return BatchGenerator(model, tokenizer, registry, table, config, registries=regs), groups
-    gen, groups = distributed.agree(dist, prepare)
-    todo_pos = {i: k for k, i in enumerate(todo)}
+        # every tool set's grammar (cached; a table per wave of tasks: waves.py), every prompt and the first
+        # wave's generator (its KV cache: too large a batch is refused here), before any write
+        waves = prepare_waves(args, plan, todo, tokenizer, device, args.max_sets_per_table)
+        for w in waves:
+            encode_prompts(inputs[w.lo:w.hi], tokenizer, [w.registries[g] for g in w.groups], context, args.system)
+        return waves, [generator(waves[0])]
+    waves, first = distributed.agree(dist, prepare)         # first: [the first wave's generator], popped when used
+    task_registry = {todo[w.lo + k]: w.registries[g] for w in waves for k, g in enumerate(w.groups)}
     output.commit(settings, info)
     sink = output.sink()
     progress = Progress(len(todo), enabled=not args.quiet)
@@ -134,16 +142,17 @@ def _generate(args, dist, taskfile, output) -> int:
         sink.write(res.record())
         if args.show:
             from .schema_task import render_prompt  # a tool set's prompt, or a schema task's
-            reg = gen.registries[groups[todo_pos[res.index]]]            # the task's own tool set
+            reg = task_registry[res.index]                                # the task's own tool set
             prompt = render_prompt(reg, taskfile.task_input(res.index), tokenizer, system=args.system)
             print("prompt: " + json.dumps(prompt, ensure_ascii=False), file=sys.stderr)   # the exact text, escaped
             show_call(res, tokenizer)
 
     t0 = time.perf_counter()
     interrupts.raise_from_now_on()
+    done = [0, 0]                                                # tasks, tokens (of every wave so far)
     try:
-        stats = gen.run(inputs, indices=todo, on_result=on_result, on_progress=progress,
-                        limits=limits, groups=groups)
+        run_waves(waves, lambda w: first.pop() if first else generator(w), inputs, todo, limits, on_result,
+                  progress, done)
     except KeyboardInterrupt:
         progress.close()
         sink.close()
@@ -155,14 +164,14 @@ def _generate(args, dist, taskfile, output) -> int:
         sink.close()
         output.mark_failed(e)
         raise
-    progress(stats.tasks, stats.tokens, force=True)
+    progress(done[0], done[1], force=True)
     progress.close()
     sink.close()
     wall = time.perf_counter() - t0
     if not args.quiet:
         arm = "free" if args.no_constrain else "constrained"
-        print(f"batchmask: {stats.tasks} tasks ({arm}), {parsed} parsed as calls, {stats.tokens} tokens in "
-              f"{wall:.2f} s ({stats.tokens / max(wall, 1e-9):,.0f} tok/s, batch {batch}, "
+        print(f"batchmask: {done[0]} tasks ({arm}), {parsed} parsed as calls, {done[1]} tokens in "
+              f"{wall:.2f} s ({done[1] / max(wall, 1e-9):,.0f} tok/s, batch {batch}, "
               f"{device}{', rank ' + str(dist.rank) if dist else ''})", file=sys.stderr)
     if dist:
         output.finish(sink)
@@ -304,6 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--grammar", help="a cache file written by `batchmask compile`")
     g.add_argument("--grammar-cache", metavar="DIR", help="where compiled grammars are kept between runs, one per "
                    "tool set (default $XDG_CACHE_HOME/batchmask or ~/.cache/batchmask; none: memory only)")
+    g.add_argument("--max-sets-per-table", type=int_arg(1, 1 << 20), default=64, metavar="N",
+                   help="tasks run in waves whose tasks use at most N distinct tool sets, one table each "
+                        "(default 64; batchmask/waves.py)")
     _model_args(g)
     g.add_argument("--temperature", type=float_arg(0.0, limits.MAX_TEMPERATURE), default=0.0,
                    help="0 is greedy (default)")
