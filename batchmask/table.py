@@ -29,7 +29,7 @@ from .automaton import Automaton, byte_table
 from .classes import classes_of, column_classes, first_of_each, in_first_use_order, refine
 from .next_codes import encode_relative, encode_targets
 from .tokensim import STAYS, STOPS, ByteSteps, VocabPrep, after_stops, explicit_columns
-from .values import close_ok, stays_ok
+from .values import close_ok, stays_need
 
 
 def far_mask(blk, reach, dev) -> torch.Tensor:
@@ -83,13 +83,12 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     Qmax = max([vt.num_substates for vt in vts], default=1)
     for vt in vts:
         sig = sigs[vt.name]
-        qi, ti = torch.nonzero(sig.ev_of >= 0, as_tuple=True)
-        for j, k in enumerate(blocks_of[vt.name]):
-            val = after_ev[vt.name][j, sig.ev_of[qi, ti]]
-            ok = val >= 0
-            a_tok.append(ti[ok])
-            a_col.append(k * Qmax + qi[ok])
-            a_val.append(val[ok])
+        qi, ti, evs = sig.stop_q, sig.stop_t, sig.stop_ev                          # kept per tokenizer
+        val = after_ev[vt.name].index_select(1, evs)                              # [B_vt, P], all blocks at once
+        bj, pj = torch.nonzero(val >= 0, as_tuple=True)
+        a_tok.append(ti[pj])
+        a_col.append(torch.as_tensor(blocks_of[vt.name], device=dev)[bj] * Qmax + qi[pj])
+        a_val.append(val[bj, pj])
     base = prep.value_classes(vts)                                                     # cached per tokenizer
     if a_tok:
         value_class = refine(base, torch.cat(a_tok), torch.cat(a_col), torch.cat(a_val))
@@ -101,7 +100,6 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     C = len(rep)
     spread = value_class[rep]                                                          # [C] value class of each
     class_size = torch.bincount(token_class, minlength=C)
-    value_size = torch.bincount(value_class, minlength=len(value_rep))
     rep_pos = torch.full((V,), -1, dtype=torch.int64, device=dev)
     rep_pos[rep] = torch.arange(C, device=dev)
 
@@ -120,16 +118,18 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
         return _value_rows(aut, sigs, after_ev, blocks_of, value_rep, far_fn, dev)
 
     value_ids, value_rows, within = value_part(far)                                    # [Nk, Cv]
-    dead = ~(((ex_rows >= 0) & (class_size > 0)[None, :]).any(1).all()
-             & ((value_rows >= 0) & (value_size > 0)[None, :]).any(1).all())
+    # every class has a token (dense ids), so a row is dead iff it has no legal entry: its largest entry is -1
+    dead = (len(ex_rows) > 0 and (C == 0 or bool((ex_rows.amax(1) < 0).any()))) or \
+        (len(value_rows) > 0 and bool((value_rows.amax(1) < 0).any()))
     state_row = torch.full((S + 1,), -1, dtype=torch.int64, device=dev)
     if not bool(dead):
-        codes = torch.where(within, encode_relative(value_rows, value_ids[:, None]), value_rows).to(torch.int32)
+        codes = torch.where(within, encode_relative(value_rows, value_ids.to(value_rows.dtype)[:, None]),
+                            value_rows).to(torch.int32)
         v_row, v_uniq = classes_of(codes)                                              # equal cell rows once
         ex_codes = _relative_forward(ex_rows, explicit, done)
-        allc = torch.cat([ex_codes, codes[v_uniq][:, spread], done_row])               # [E + Rv + 1, C]
+        allc = torch.cat([ex_codes, codes.index_select(0, v_uniq).index_select(1, spread), done_row])  # [E+Rv+1, C]
         row_of, uniq = classes_of(allc)
-        row_next = allc[uniq]
+        row_next = allc.index_select(0, uniq)
         state_row[explicit] = row_of[:E]
         state_row[value_ids] = row_of[E + v_row]
         state_row[done] = row_of[-1]
@@ -226,32 +226,33 @@ def _value_rows(aut, sigs, after_ev, blocks_of, rep, far, dev):
         sel_n, sel_q, sel_id, sel_j, grids, gstart = [], [], [], [], [], [0]
         for j, k in enumerate(ks):           # a loop over blocks (one per value body), not over tokens
             blk = aut.blocks[k]
-            fm = far(blk, sig.reach, dev)
-            qs_all = torch.as_tensor(blk.qs, device=dev)
+            fm = far(blk, sig.reach, dev).cpu().numpy()                        # host: small per-block ops
             keep = ~fm
-            if bool(fm.any()):               # keep the first far cell of each sub-state
-                idx = torch.arange(len(fm), device=dev)
-                first = torch.full((Q,), len(fm), dtype=torch.int64, device=dev)
-                first.scatter_reduce_(0, qs_all[fm], idx[fm], reduce="amin")
-                keep[first[first < len(fm)]] = True
-            sel = torch.nonzero(keep).flatten()
-            sel_n.append(torch.as_tensor(blk.ns, device=dev)[sel])
-            sel_q.append(qs_all[sel])
+            if fm.any():                     # keep the first far cell of each sub-state
+                far_ids = np.flatnonzero(fm)
+                _, first = np.unique(blk.qs[far_ids], return_index=True)      # each sub-state's first far cell
+                keep[far_ids[first]] = True
+            sel = np.flatnonzero(keep)
+            sel_n.append(blk.ns[sel])
+            sel_q.append(blk.qs[sel])
             sel_id.append(blk.base + sel)
-            sel_j.append(torch.full_like(sel, j))
-            grids.append(torch.as_tensor(blk.grid, device=dev).reshape(-1))
-            gstart.append(gstart[-1] + grids[-1].numel())
-        cj = torch.cat(sel_j)                                                # [Nk] block (within the type)
+            sel_j.append(np.full(len(sel), j))
+            grids.append(blk.grid.reshape(-1))
+            gstart.append(gstart[-1] + grids[-1].size)
+        qs, ns, ids, cj = (torch.from_numpy(np.concatenate(x)).to(dev) for x in (sel_q, sel_n, sel_id, sel_j))
+        grid = torch.from_numpy(np.concatenate(grids)).to(dev).to(torch.int32)
         bounds = torch.tensor([[aut.blocks[k].min, aut.blocks[k].max] for k in ks], device=dev)
-        qs, ns, grid = torch.cat(sel_q), torch.cat(sel_n), torch.cat(grids)
-        gbase = torch.as_tensor(gstart[:-1], device=dev)
+        room = (bounds[cj, 1] - ns).to(torch.int32)                           # [Nk] max - n
+        low = (bounds[cj, 0] - ns).to(torch.int32)                            # [Nk] min - n
+        at0 = (torch.as_tensor(gstart[:-1], device=dev)[cj] + ns * Q).to(torch.int32)   # [Nk] grid offset of row n
+        per_q = _per_substate(vt, sig, rep, after_ev[name])
         step = max(1, CELL_ENTRIES // max(1, C))
         for a in range(0, len(qs), step):    # cells in chunks: the [cells, C] temporaries stay in cache
             cut = slice(a, a + step)
-            r, w = _cell_rows(vt, sig, rep, qs[cut], ns[cut], cj[cut], bounds, grid, gbase, after_ev[name])
+            r, w = _cell_rows(vt, per_q, qs[cut], room[cut], low[cut], at0[cut], cj[cut], grid)
             rows.append(r)
             within.append(w)
-        ids_out.append(torch.cat(sel_id))
+        ids_out.append(ids)
     if not rows:
         return (torch.empty(0, dtype=torch.int64, device=dev), torch.empty((0, C), dtype=torch.int64, device=dev),
                 torch.empty((0, C), dtype=torch.bool, device=dev))
@@ -262,23 +263,35 @@ def _value_rows(aut, sigs, after_ev, blocks_of, rep, far, dev):
 CELL_ENTRIES = 1 << 18
 
 
-def _cell_rows(vt, sig, rep, qs, ns, cj, bounds, grid, gbase, aft):
-    """Rows of block cells (sub-state qs, count ns, block cj of the type, all [n]) for the class
-    representatives `rep` [C]: (next states int64 [n, C], within bool [n, C])."""
+def _per_substate(vt, sig, rep, aft):
+    """What each class representative does from each sub-state, on [Q, C] (tiny): the least room
+    (max - n) a move that stays needs (stays_ok), the grid offset of its target, the units it adds,
+    whether it may close the value (close_ok but the bounds) and its event (an index into `aft`'s
+    rows with one -1 column appended, for cells without an event)."""
     Q = vt.num_substates
-    lo, hi = bounds[cj, 0][:, None], bounds[cj, 1][:, None]                 # [n, 1]
-    out = sig.out[:, rep].index_select(0, qs)                                # [n, C]
-    n2 = ns[:, None] + sig.units[:, rep].index_select(0, qs)                 # units after the token
-    q2 = sig.q_end[:, rep].index_select(0, qs)
-    stays = (out == STAYS) & stays_ok(vt, n2, q2, hi)
-    at = gbase[cj][:, None] + torch.minimum(n2, hi) * Q + q2.clamp(min=0)
-    inside = grid.index_select(0, at.view(-1)).view_as(at)
-    ev = sig.ev_of[:, rep].index_select(0, qs)                               # [n, C]
-    E_ev = aft.shape[1]                                                      # aft: [B_vt, E]
-    after = aft.reshape(-1).index_select(0, (cj[:, None] * E_ev + ev.clamp(min=0)).view(-1)).view_as(ev) \
-        if E_ev else torch.full_like(ev, -1)
-    after = torch.where(ev >= 0, after, -1)
-    closes = (out == STOPS) & close_ok(vt, n2, q2.clamp(min=0), lo, hi) & (after >= 0)
+    out, units, q_end, ev = (getattr(sig, f)[:, rep] for f in ("out", "units", "q_end", "ev_of"))
+    qc = q_end.clamp(min=0)
+    need = torch.where(out == STAYS, stays_need(vt, q_end, units), 1 << 30).to(torch.int32)
+    step = (units * Q + qc).to(torch.int32)
+    stops = (out == STOPS) & (ev >= 0)
+    E1 = aft.shape[1] + 1
+    aflat = torch.cat([aft, torch.full((aft.shape[0], 1), -1, dtype=aft.dtype, device=aft.device)], 1)
+    evx = torch.where(ev >= 0, ev, E1 - 1).to(torch.int32)
+    return need, step, units.to(torch.int32), qc.to(torch.int32), stops, evx, aflat.reshape(-1).to(torch.int32), E1
+
+
+def _cell_rows(vt, per_q, qs, room, low, at0, cj, grid):
+    """Rows of block cells (sub-state qs, room max - n, low min - n, grid offset of their row, block cj
+    of the type; all [n]) for the class representatives: (next states int32 [n, C], within bool [n, C])."""
+    need, step, units, qc, stops, evx, aflat, E1 = per_q
+    room = room[:, None]
+    stays = need.index_select(0, qs) <= room                                   # [n, C] stays_ok
+    at = at0[:, None] + step.index_select(0, qs)
+    inside = grid.index_select(0, at.clamp_(max=len(grid) - 1).view(-1)).view(at.shape)
+    ai = (cj * E1).to(torch.int32)[:, None] + evx.index_select(0, qs)
+    after = aflat.index_select(0, ai.view(-1)).view(ai.shape)
+    u = units.index_select(0, qs)                                              # close_ok at n + u, bounds shifted by n
+    closes = stops.index_select(0, qs) & close_ok(vt, u, qc.index_select(0, qs), low[:, None], room) & (after >= 0)
     return torch.where(closes, after, torch.where(stays, inside, -1)), stays
 
 
@@ -291,15 +304,19 @@ def _share_far(aut, state_row, far, sigs) -> None:
     in the hundreds whatever a value's cap is.
     """
     dev = state_row.device
-    for blk in aut.blocks:
-        fm = far(blk, sigs[blk.vt.name].reach, dev)
-        if not bool(fm.any()):
-            continue
-        ids = blk.base + torch.arange(blk.size, device=dev)
-        qs = torch.as_tensor(blk.qs, device=dev)
-        first_far = torch.full((blk.vt.num_substates,), -1, dtype=torch.int64, device=dev)
-        first_far.scatter_reduce_(0, qs[fm], ids[fm], reduce="amin", include_self=False)
-        state_row[ids[fm]] = state_row[first_far[qs[fm]]]
+    Qm = max([b.vt.num_substates for b in aut.blocks], default=1)
+    ids_l, key_l = [], []
+    for k, blk in enumerate(aut.blocks):    # all blocks at once: one scatter of (block, sub-state)
+        sel = np.flatnonzero(far(blk, sigs[blk.vt.name].reach, dev).cpu().numpy())
+        ids_l.append(blk.base + sel)
+        key_l.append(k * Qm + blk.qs[sel])
+    ids = np.concatenate(ids_l) if ids_l else np.zeros(0, dtype=np.int64)
+    if not len(ids):
+        return
+    key = np.concatenate(key_l)
+    uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)   # first cell per (block, q)
+    first_far = ids[first][inverse.reshape(-1)]                              # [far cells] the first of its kind
+    state_row[torch.from_numpy(ids).to(dev)] = state_row.index_select(0, torch.from_numpy(first_far).to(dev))
 
 
 def _prune_dead_ends(table: torch.Tensor, class_size: torch.Tensor, final_states) -> torch.Tensor:
