@@ -29,13 +29,14 @@ def encode_relative(targets: torch.Tensor, states: torch.Tensor) -> torch.Tensor
 
 def encode_targets(codes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Codes whose absolute entries are states -> (the same codes with absolute entries as indices into
-    the target list, the list: int64 [T], sorted, each target once)."""
-    flat = codes.reshape(-1)
+    the target list, the list: int64 [T], sorted, each target once). `codes` is rewritten in place (and
+    returned); pass a copy to keep it."""
+    codes = codes.contiguous()
+    flat = codes.view(-1)
     at = torch.nonzero(flat >= 0).flatten()                 # the absolute entries: few (most are -1)
     targets, index = torch.unique(flat.index_select(0, at).long(), return_inverse=True)   # sorted
-    out = flat.clone()
-    out.index_copy_(0, at, index.to(codes.dtype))
-    return out.view_as(codes), targets
+    flat.index_copy_(0, at, index.to(codes.dtype))
+    return codes, targets
 
 
 def decode_next(codes: torch.Tensor, states: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

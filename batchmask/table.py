@@ -129,7 +129,7 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
         ex_codes = _relative_forward(ex_rows, explicit, done)
         allc = torch.cat([ex_codes, codes.index_select(0, v_uniq).index_select(1, spread), done_row])  # [E+Rv+1, C]
         row_of, uniq = classes_of(allc)
-        row_next = allc.index_select(0, uniq)
+        rows_of = allc                                                                 # row r is allc[uniq[r]]
         state_row[explicit] = row_of[:E]
         state_row[value_ids] = row_of[E + v_row]
         state_row[done] = row_of[-1]
@@ -150,15 +150,16 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
         states = torch.arange(S + 1, device=dev)[:, None]
         codes = torch.where(relative, encode_relative(full, states), full)
         state_row, uniq = classes_of(codes)
-        row_next = codes[uniq]
+        rows_of = codes
     assert int(state_row.min()) >= 0, "every state has a row"
-    row_next, targets = encode_targets(row_next)
-    # Merge classes whose columns came out equal (keys are sufficient, not necessary), then number
-    # classes and rows by first use, so equal grammars give equal tables whatever the hashing did.
+    # Number rows by first use (one gather builds the table in that order), merge classes whose columns came
+    # out equal (keys are sufficient, not necessary) and number them by first use too, so equal grammars give
+    # equal tables whatever the hashing did.
+    state_row, row_order = in_first_use_order(state_row)
+    row_next, targets = encode_targets(rows_of.index_select(0, uniq.index_select(0, row_order)))
     merged, col_rep = column_classes(row_next)
     token_class, cls_order = in_first_use_order(merged[token_class])
-    state_row, row_order = in_first_use_order(state_row)
-    row_next = row_next.index_select(0, row_order).index_select(1, col_rep.index_select(0, cls_order))
+    row_next = row_next.index_select(1, col_rep.index_select(0, cls_order))
     class_size = torch.bincount(token_class, minlength=row_next.shape[1])
     # through BLAS (an int64 matmul does not): every partial sum is a count <= V, exact in float32 below 2^24
     exact = torch.float32 if V < (1 << 24) else torch.float64

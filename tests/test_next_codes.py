@@ -38,6 +38,6 @@ def test_codes_name_the_states_they_were_made_from(m, seed):
 
 def test_a_table_without_absolute_moves_has_an_empty_list():
     codes = torch.tensor([[-1, -3], [-5, -1]])
-    out, targets = encode_targets(codes)
+    out, targets = encode_targets(codes.clone())
     assert torch.equal(out, codes) and targets.numel() == 0
     assert decode_next(out, torch.tensor([[0], [4]]), targets).tolist() == [[-1, 1], [7, -1]]
