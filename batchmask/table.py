@@ -32,18 +32,19 @@ from .tokensim import STAYS, STOPS, ByteSteps, VocabPrep, after_stops, explicit_
 from .values import close_ok, stays_need
 
 
-def far_mask(blk, reach, dev) -> torch.Tensor:
-    """bool [Nb]: cells whose every move lands inside the block's full rows, away from the cap.
+def far_mask(blk, reach, dev=None) -> np.ndarray:
+    """bool numpy [Nb]: cells whose every move lands inside the block's full rows, away from the cap.
 
     `reach`: the most units a token adds from each sub-state (int64 [Q], or one int for all). From
     such a cell a token's move depends on (q, token) only (rows shared by shift). With `reach`
-    None no cell is far (every cell gets its own row: the plain table).
+    None no cell is far (every cell gets its own row: the plain table). On the host: the block's
+    cells are numpy arrays, and the ops are small.
     """
-    ns = torch.as_tensor(blk.ns, device=dev)
+    ns = np.asarray(blk.ns)
     if reach is None:
-        return torch.zeros_like(ns, dtype=torch.bool)
+        return np.zeros(len(ns), dtype=bool)
     if isinstance(reach, torch.Tensor):
-        reach = reach.to(dev)[torch.as_tensor(blk.qs, device=dev)]
+        reach = reach.cpu().numpy()[blk.qs]
     return (ns >= blk.vt.far_from(blk.min)) & (ns + reach + blk.vt.max_pending <= blk.max)
 
 
@@ -224,23 +225,23 @@ def _value_rows(aut, sigs, after_ev, blocks_of, rep, far, dev):
     for name, ks in blocks_of.items():
         vt = aut.blocks[ks[0]].vt.on(dev)
         Q, sig = vt.num_substates, sigs[name]
-        sel_n, sel_q, sel_id, sel_j, grids, gstart = [], [], [], [], [], [0]
-        for j, k in enumerate(ks):           # a loop over blocks (one per value body), not over tokens
-            blk = aut.blocks[k]
-            fm = far(blk, sig.reach, dev).cpu().numpy()                        # host: small per-block ops
-            keep = ~fm
-            if fm.any():                     # keep the first far cell of each sub-state
-                far_ids = np.flatnonzero(fm)
-                _, first = np.unique(blk.qs[far_ids], return_index=True)      # each sub-state's first far cell
-                keep[far_ids[first]] = True
-            sel = np.flatnonzero(keep)
-            sel_n.append(blk.ns[sel])
-            sel_q.append(blk.qs[sel])
-            sel_id.append(blk.base + sel)
-            sel_j.append(np.full(len(sel), j))
-            grids.append(blk.grid.reshape(-1))
-            gstart.append(gstart[-1] + grids[-1].size)
-        qs, ns, ids, cj = (torch.from_numpy(np.concatenate(x)).to(dev) for x in (sel_q, sel_n, sel_id, sel_j))
+        blks = [aut.blocks[k] for k in ks]
+        # the cells of every block of the type, concatenated (host: small ops per block), and which to compute:
+        # every cell that is not far, and the first far cell of each (block, sub-state)
+        fm = np.concatenate([far(blk, sig.reach, dev) for blk in blks])             # [N]
+        qs_all = np.concatenate([blk.qs for blk in blks])
+        ns_all = np.concatenate([blk.ns for blk in blks])
+        cj_all = np.repeat(np.arange(len(blks)), [blk.size for blk in blks])
+        id_all = np.concatenate([blk.base + np.arange(blk.size) for blk in blks])
+        keep = ~fm
+        far_at = np.flatnonzero(fm)
+        if far_at.size:
+            _, first = np.unique(cj_all[far_at] * Q + qs_all[far_at], return_index=True)
+            keep[far_at[first]] = True
+        sel = np.flatnonzero(keep)
+        grids = [blk.grid.reshape(-1) for blk in blks]
+        gstart = np.concatenate([[0], np.cumsum([g.size for g in grids])])
+        qs, ns, ids, cj = (torch.from_numpy(x[sel]).to(dev) for x in (qs_all, ns_all, id_all, cj_all))
         grid = torch.from_numpy(np.concatenate(grids)).to(dev).to(torch.int32)
         bounds = torch.tensor([[aut.blocks[k].min, aut.blocks[k].max] for k in ks], device=dev)
         room = (bounds[cj, 1] - ns).to(torch.int32)                           # [Nk] max - n
@@ -308,7 +309,7 @@ def _share_far(aut, state_row, far, sigs) -> None:
     Qm = max([b.vt.num_substates for b in aut.blocks], default=1)
     ids_l, key_l = [], []
     for k, blk in enumerate(aut.blocks):    # all blocks at once: one scatter of (block, sub-state)
-        sel = np.flatnonzero(far(blk, sigs[blk.vt.name].reach, dev).cpu().numpy())
+        sel = np.flatnonzero(far(blk, sigs[blk.vt.name].reach, dev))
         ids_l.append(blk.base + sel)
         key_l.append(k * Qm + blk.qs[sel])
     ids = np.concatenate(ids_l) if ids_l else np.zeros(0, dtype=np.int64)
