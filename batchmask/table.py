@@ -247,8 +247,8 @@ def _value_rows(aut, sigs, after_ev, blocks_of, rep, far, dev):
         keep = ~fm
         far_at = np.flatnonzero(fm)
         if far_at.size:
-            _, first = np.unique(cj_all[far_at] * Q + qs_all[far_at], return_index=True)
-            keep[far_at[first]] = True
+            first = _min_per_key(cj_all[far_at] * Q + qs_all[far_at], far_at, len(blks) * Q)
+            keep[first[first >= 0]] = True
         sel = np.flatnonzero(keep)
         grids = [blk.grid.reshape(-1) for blk in blks]
         gstart = np.concatenate([[0], np.cumsum([g.size for g in grids])])
@@ -308,6 +308,17 @@ def _cell_rows(vt, per_q, qs, room, low, at0, cj, grid):
     return torch.where(closes, after, torch.where(stays, inside, -1)), stays
 
 
+def _min_per_key(key: np.ndarray, values: np.ndarray, num_keys: int) -> np.ndarray:
+    """int64 [num_keys]: the least of `values` per key in [0, num_keys) (-1 for a key not present); one
+    scatter (a sort, as np.unique would do, costs more on the ~100K far cells of a catalogue)."""
+    big = np.iinfo(np.int64).max
+    out = torch.full((num_keys,), big, dtype=torch.int64)
+    out.scatter_reduce_(0, torch.from_numpy(np.ascontiguousarray(key, dtype=np.int64)),
+                        torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64)), reduce="amin")
+    out = out.numpy()
+    return np.where(out == big, -1, out)
+
+
 def _share_far(aut, state_row, far, sigs) -> None:
     """Far cells not computed take the row of their sub-state's first far cell (see _value_rows).
 
@@ -327,9 +338,8 @@ def _share_far(aut, state_row, far, sigs) -> None:
     if not len(ids):
         return
     key = np.concatenate(key_l)
-    uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)   # first cell per (block, q)
-    first_far = ids[first][inverse.reshape(-1)]                              # [far cells] the first of its kind
-    state_row[torch.from_numpy(ids).to(dev)] = state_row.index_select(0, torch.from_numpy(first_far).to(dev))
+    first = _min_per_key(key, ids, len(aut.blocks) * Qm)[key]               # [far cells] the first of its kind
+    state_row[torch.from_numpy(ids).to(dev)] = state_row.index_select(0, torch.from_numpy(first).to(dev))
 
 
 def _prune_dead_ends(table: torch.Tensor, class_size: torch.Tensor, final_states) -> torch.Tensor:
