@@ -104,14 +104,17 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     rep_pos = torch.full((V,), -1, dtype=torch.int64, device=dev)
     rep_pos[rep] = torch.arange(C, device=dev)
 
-    # Rows: explicit states, block cells (one per sub-state for far cells), done.
+    # Rows: explicit states, block cells (one per sub-state for far cells), done. An explicit row has a few
+    # legal entries (one per class representative that moves), kept sparse until the table is written:
+    # (row, class, next state), the accepting rows' stop classes -> done last (stop ids have no bytes).
     E = len(explicit)
-    ex_rows = torch.full((E, C), -1, dtype=torch.int32, device=dev)        # int32: half the bytes to move
     sel = rep_pos[tok] >= 0
-    ex_rows[row_of_explicit[src[sel]], rep_pos[tok[sel]]] = nxt[sel].to(torch.int32)
     stop_classes = torch.unique(token_class[list(prep.stop_ids)])
     acc = torch.as_tensor(aut.accepting, device=dev).long()
-    ex_rows[row_of_explicit[acc][:, None], stop_classes[None, :]] = done
+    acc_rows = row_of_explicit[acc]
+    ex_r = torch.cat([row_of_explicit[src[sel]], acc_rows.repeat_interleave(len(stop_classes))])
+    ex_c = torch.cat([rep_pos[tok[sel]], stop_classes.repeat(len(acc_rows))])
+    ex_n = torch.cat([nxt[sel], torch.full((len(acc_rows) * len(stop_classes),), done, device=dev)])
     done_row = torch.full((1, C), -1, dtype=torch.int32, device=dev)
     done_row[0, token_class[prep.eos_id]] = done           # a finished row stays finished, emitting eos
 
@@ -119,16 +122,20 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
         return _value_rows(aut, sigs, after_ev, blocks_of, value_rep, far_fn, dev)
 
     value_ids, value_rows, within = value_part(far)                                    # [Nk, Cv]
-    # every class has a token (dense ids), so a row is dead iff it has no legal entry: its largest entry is -1
-    dead = (len(ex_rows) > 0 and (C == 0 or bool((ex_rows.amax(1) < 0).any()))) or \
+    # every class has a token (dense ids), so a row is dead iff it has no legal entry
+    dead = (E > 0 and bool((torch.bincount(ex_r, minlength=E) == 0).any())) or \
         (len(value_rows) > 0 and bool((value_rows.amax(1) < 0).any()))
     state_row = torch.full((S + 1,), -1, dtype=torch.int64, device=dev)
     if not bool(dead):
         codes = torch.where(within, encode_relative(value_rows, value_ids.to(value_rows.dtype)[:, None]),
                             value_rows).to(torch.int32)
         v_row, v_uniq = classes_of(codes)                                              # equal cell rows once
-        ex_codes = _relative_forward(ex_rows, explicit, done)
-        allc = torch.cat([ex_codes, _take_columns(codes.index_select(0, v_uniq), spread), done_row])  # [E+Rv+1, C]
+        Rv = len(v_uniq)
+        allc = torch.full((E + Rv + 1, C), -1, dtype=torch.int32, device=dev)         # [E + Rv + 1, C]
+        s = explicit.index_select(0, ex_r)
+        allc[ex_r, ex_c] = torch.where(_forward(ex_n, s, done), encode_relative(ex_n, s), ex_n).to(torch.int32)
+        allc[E:E + Rv] = _take_columns(codes.index_select(0, v_uniq), spread)
+        allc[-1] = done_row[0]
         row_of, uniq = classes_of(allc)
         rows_of = allc                                                                 # row r is allc[uniq[r]]
         state_row[explicit] = row_of[:E]
@@ -139,7 +146,7 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
         # Some state has no way out (a vocabulary without some bytes): prune on the full table.
         value_ids, value_rows, within = value_part(lambda blk, n, d: far(blk, None, d))
         full = torch.full((S + 1, C), -1, dtype=torch.int32, device=dev)
-        full[explicit] = ex_rows
+        full[explicit[ex_r], ex_c] = ex_n.to(torch.int32)
         full[value_ids] = value_rows[:, spread].to(torch.int32)
         full[done] = done_row[0]
         finals = torch.cat([acc, torch.tensor([done], device=dev)])
@@ -164,9 +171,12 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     class_size = torch.bincount(token_class, minlength=row_next.shape[1])
     # through BLAS (an int64 matmul does not): every partial sum is a count <= V, exact in float32 below 2^24
     exact = torch.float32 if V < (1 << 24) else torch.float64
-    if dev.type == "cpu":                   # numpy's conversion and product are ~2x torch's here
-        legal = (row_next.numpy() != -1).astype(np.float32 if exact == torch.float32 else np.float64)
-        row_legal = torch.from_numpy(legal @ class_size.numpy().astype(legal.dtype)).to(torch.int32)   # [R]
+    if dev.type == "cpu":                   # numpy's conversion and product are ~2x torch's here; in blocks
+        ft = np.float32 if exact == torch.float32 else np.float64                # of rows that stay in cache
+        rn, cs, R = row_next.numpy(), class_size.numpy().astype(ft), row_next.shape[0]
+        step = max(1, CELL_ENTRIES // max(1, rn.shape[1]))
+        legal = np.concatenate([(rn[a:a + step] != -1).astype(ft) @ cs for a in range(0, R, step)] or [np.zeros(0)])
+        row_legal = torch.from_numpy(legal).to(torch.int32)                                           # [R]
     else:
         row_legal = ((row_next != -1).to(exact) @ class_size.to(exact)).to(torch.int32)               # [R]
     final = torch.zeros(S + 1, dtype=torch.bool, device=dev)
@@ -196,19 +206,6 @@ RELATIVE_REACH = 32000
 def _forward(moves: torch.Tensor, states: torch.Tensor, done: int) -> torch.Tensor:
     """bool, moves' shape: which moves (next states, -1 illegal) from `states` are stored relative."""
     return (moves > states) & (moves != done) & (moves - states <= RELATIVE_REACH)
-
-
-def _relative_forward(rows: torch.Tensor, states: torch.Tensor, done: int) -> torch.Tensor:
-    """rows int32 [E, C] of next states from states [E] -> the same with _forward's moves relative. Only the
-    legal entries are visited (a few per explicit row)."""
-    flat = rows.reshape(-1)
-    at = torch.nonzero(flat >= 0).flatten()                                          # [n]
-    nxt = flat.index_select(0, at).long()
-    s = states.index_select(0, at // rows.shape[1])
-    fwd = _forward(nxt, s, done)
-    out = flat.clone()
-    out.index_copy_(0, at[fwd], encode_relative(nxt[fwd], s[fwd]).to(rows.dtype))
-    return out.view_as(rows)
 
 
 def _once(far):
