@@ -130,12 +130,19 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
         codes = torch.where(within, encode_relative(value_rows, value_ids.to(value_rows.dtype)[:, None]),
                             value_rows).to(torch.int32)
         v_row, v_uniq = classes_of(codes)                                              # equal cell rows once
+        vcodes = codes.index_select(0, v_uniq)                                         # [Rv, Cv]
+        s = explicit.index_select(0, ex_r)
+        ex_code = torch.where(_forward(ex_n, s, done), encode_relative(ex_n, s), ex_n)
+        # the target list from the few absolute moves, before they are spread over the table's columns
+        targets = torch.unique(torch.cat([ex_code[ex_code >= 0], vcodes[vcodes >= 0].long(),
+                                          torch.tensor([done], device=dev)]))
+        ex_code = _target_codes(ex_code, targets)
+        vcodes = _target_codes(vcodes, targets)
         Rv = len(v_uniq)
         allc = torch.full((E + Rv + 1, C), -1, dtype=torch.int32, device=dev)         # [E + Rv + 1, C]
-        s = explicit.index_select(0, ex_r)
-        allc[ex_r, ex_c] = torch.where(_forward(ex_n, s, done), encode_relative(ex_n, s), ex_n).to(torch.int32)
-        allc[E:E + Rv] = _take_columns(codes.index_select(0, v_uniq), spread)
-        allc[-1] = done_row[0]
+        allc[ex_r, ex_c] = ex_code.to(torch.int32)
+        allc[E:E + Rv] = _take_columns(vcodes, spread)
+        allc[-1] = _target_codes(done_row[0], targets)
         row_of, uniq = classes_of(allc)
         rows_of = allc                                                                 # row r is allc[uniq[r]]
         state_row[explicit] = row_of[:E]
@@ -158,13 +165,14 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
         states = torch.arange(S + 1, device=dev)[:, None]
         codes = torch.where(relative, encode_relative(full, states), full)
         state_row, uniq = classes_of(codes)
+        codes, targets = encode_targets(codes)
         rows_of = codes
     assert int(state_row.min()) >= 0, "every state has a row"
     # Number rows by first use (one gather builds the table in that order), merge classes whose columns came
     # out equal (keys are sufficient, not necessary) and number them by first use too, so equal grammars give
     # equal tables whatever the hashing did.
     state_row, row_order = in_first_use_order(state_row)
-    row_next, targets = encode_targets(rows_of.index_select(0, uniq.index_select(0, row_order)))
+    row_next = rows_of.index_select(0, uniq.index_select(0, row_order))
     merged, col_rep = column_classes(row_next)
     token_class, cls_order = in_first_use_order(merged[token_class])
     row_next = _take_columns(row_next, col_rep.index_select(0, cls_order))
@@ -187,6 +195,12 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     assert torch.equal(row_final[state_row], final), "accepting is a property of the row (its stop moves)"
     return dict(token_class=token_class, state_row=state_row, row_next=row_next, row_legal=row_legal,
                 row_final=row_final, targets=targets, done_state=done)
+
+
+def _target_codes(codes: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Codes whose absolute entries are states -> the same with them as indices into `targets` (sorted)."""
+    at = torch.searchsorted(targets, codes.clamp(min=0).to(targets.dtype))
+    return torch.where(codes >= 0, at.to(codes.dtype), codes)
 
 
 def _take_columns(x: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
