@@ -200,8 +200,9 @@ def run(tokenizer, device, sets: int = 16, per_set: int = 6, quick: bool = False
           f"{comp['compile_s']:.3f} s (target <= {comp['target_s']:.2f} s); from the cache file "
           f"{comp['cache_load_s']:.3f} s; apart {comp['apart_s']:.2f} s (each {min(comp['apart_each_ms']):.0f}-"
           f"{max(comp['apart_each_ms']):.0f} ms) + combine {comp['combine_s']:.2f} s", flush=True)
+    others = distinct_sets(sets)
     t0 = time.perf_counter()
-    distinct = GrammarStore(tokenizer, format=FORMAT, device=device, cache_dir=None).together(distinct_sets(sets))
+    distinct = GrammarStore(tokenizer, format=FORMAT, device=device, cache_dir=None).together(others)
     comp["distinct_s"] = time.perf_counter() - t0
     comp["distinct_states"] = distinct.num_states
     print(f"{'':<10} {sets} catalogue-sized sets sharing no tool ({len(json.loads(CATALOGUE.read_text())['tools'])} "
