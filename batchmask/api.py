@@ -123,6 +123,10 @@ def compile_grammars(items: list, tokenizer: BaseTokenizer, *, format: str = "se
     items = list(items)
     if not items:
         raise ValueError("compile_grammars: no tool sets given")
+    for i, item in enumerate(items):
+        if not isinstance(item, ToolRegistry) and not hasattr(item, "grammar_node"):
+            raise RegistryError(f"compile_grammars: item {i} is a {type(item).__name__}, not a ToolRegistry "
+                                f"(or a batchmask.schema_task.SchemaTask)")
     nodes = [item_node(item, format, max_string, utf8, options) for item in items]
     keys = [item_key(item, format, max_string, utf8, options) for item in items]
     from . import compiler

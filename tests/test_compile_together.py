@@ -83,6 +83,10 @@ def test_a_schema_task_together_with_tool_sets(tok):
     walk_both(together, together.starts[1], task.compile(tok), random.Random(2))
     with pytest.raises(ValueError, match="a schema task is UTF-8"):
         compile_grammars([reg, task], tok, format="json", max_string=MAX_STRING, utf8=False)
+    with pytest.raises(ValueError, match="item 1 is a dict, not a ToolRegistry"):
+        compile_grammars([reg, {"tools": []}], tok, format="json")
+    with pytest.raises(ValueError, match="no tool sets given"):
+        compile_grammars([], tok)
 
 
 def test_the_masker_starts_rows_in_their_own_set(tok):
