@@ -114,4 +114,16 @@ class JsonStr:
     max: int
 
 
-Node = Lit | Str | Seq | Alt | ByteSet | Repeat | JsonStr
+@dataclass(frozen=True)
+class Word:
+    """min..max ASCII bytes: the first from `start`, every other from `body`, the last from `end` (masks of
+    256 bytes of 0/1, end within body). Compiled as a value block (values.word_type): its cells share rows
+    by shift, where the same language written with Repeat would be one automaton state per position."""
+    start: bytes
+    body: bytes
+    end: bytes
+    min: int
+    max: int
+
+
+Node = Lit | Str | Seq | Alt | ByteSet | Repeat | JsonStr | Word

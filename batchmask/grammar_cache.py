@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from .grammar import Alt, ByteSet, JsonStr, Lit, Repeat, Seq, Str
+from .grammar import Alt, ByteSet, JsonStr, Lit, Repeat, Seq, Str, Word
 from .tokensim import hash_vocab
 
 CACHE_FORMAT = "batchmask-grammar/4"      # 4: absolute codes index a target list; legal count and final per row
@@ -45,6 +45,8 @@ def node_to_json(node):
         return {"str": [node.min, node.max]}
     if isinstance(node, JsonStr):
         return {"jsonstr": [node.min, node.max]}
+    if isinstance(node, Word):
+        return {"word": [bytes(node.start).hex(), bytes(node.body).hex(), bytes(node.end).hex(), node.min, node.max]}
     raise TypeError(f"not a grammar node: {type(node).__name__}")
 
 
@@ -64,6 +66,9 @@ def node_from_json(obj):
         return Str(int(obj["str"][0]), int(obj["str"][1]))
     if kind == "jsonstr":
         return JsonStr(int(obj["jsonstr"][0]), int(obj["jsonstr"][1]))
+    if kind == "word":
+        s, b, e, lo, hi = obj["word"]
+        return Word(bytes.fromhex(s), bytes.fromhex(b), bytes.fromhex(e), int(lo), int(hi))
     raise ValueError(f"not a grammar node in JSON form: {str(obj)[:60]}")
 
 

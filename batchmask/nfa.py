@@ -15,8 +15,8 @@ shortest completion of every state is one pass in id order.
 """
 from __future__ import annotations
 
-from .grammar import Alt, ByteSet, JsonStr, Lit, Repeat, Seq, Str
-from .values import value_type
+from .grammar import Alt, ByteSet, JsonStr, Lit, Repeat, Seq, Str, Word
+from .values import value_type, word_type
 
 BYTE, ALT, BLOCK, END = range(4)
 
@@ -98,6 +98,16 @@ class NFA:
             for _ in range(node.min):
                 opt = self.build(node.item, opt, f"{where}.item")
             return opt
+        if isinstance(node, Word):
+            _check_bounds(node, where)
+            try:
+                vt = word_type(node.start, node.body, node.end)
+            except ValueError as e:
+                raise GrammarBuildError(f"{where}: {e}") from None
+            body = bytes(a | b for a, b in zip(bytes(node.start), bytes(node.body)))
+            if not self._plain_end(body, k):
+                raise GrammarBuildError(f"{where}: a Word must be followed by bytes it cannot hold")
+            return self._add(BLOCK, (vt.name, node.min, node.max), k)
         if isinstance(node, (Str, JsonStr)):
             _check_bounds(node, where)
             if self.end in self.closure(k):
@@ -107,6 +117,15 @@ class NFA:
             return self._add(BLOCK, (vt.name, node.min, node.max), k)
         raise GrammarBuildError(f"{where}: not a grammar node: {type(node).__name__} "
                                 "(expected Lit, Seq, Alt, ByteSet, Repeat, Str or JsonStr)")
+
+    def _plain_end(self, body: bytes, k: int) -> bool:
+        """What follows state k starts with single bytes (no value, not the grammar's end), none of them in
+        `body`: where a value of those bytes stops is then plain, as a block needs."""
+        after = self.closure(k)
+        if any(e == self.end or isinstance(e, tuple) or self.kind[e] != BYTE for e in after):
+            return False
+        follow = bytes(max(col) for col in zip(*(self.masks[self.arg[e]] for e in after)))
+        return not any(a and b for a, b in zip(body, follow))
 
     def _alt(self, a: int, b: int) -> int:
         return a if a == b else self._add(ALT, (a, b), -1)

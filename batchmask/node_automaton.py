@@ -20,7 +20,7 @@ import numpy as np
 
 from .automaton import Automaton, Block, row_classes
 from .nfa import ALT, BLOCK, BYTE, END, NFA, GrammarBuildError
-from .values import close_ok, stays_ok, value_type
+from .values import close_ok, stays_ok, value_type_named
 
 __all__ = ["build_node_automaton", "GrammarBuildError", "MAX_EXPLICIT", "MAX_PARALLEL"]
 
@@ -57,7 +57,7 @@ class _Subsets:
         for i, k in enumerate(nfa.kind):
             if k == BLOCK:
                 name = nfa.arg[i][0]
-                self.vts[name] = value_type(name.split("-")[0], nfa.utf8)
+                self.vts[name] = value_type_named(name, nfa.utf8)
         # Byte classes: bytes equal in every mask and in every value type's columns.
         cols = [np.frombuffer(b"".join(nfa.masks), dtype=np.uint8).reshape(-1, 256).astype(np.int64)]
         for vt in self.vts.values():

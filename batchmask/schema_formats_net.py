@@ -13,7 +13,7 @@ jsonschema's format checker (fqdn, rfc3986-validator; its email check only asks 
 """
 from __future__ import annotations
 
-from .grammar import Node, Repeat
+from .grammar import Node, Repeat, Word
 from .schema_nodes import alt, bytes_of, lit, opt, seq
 from .schema_numbers import nat_range
 
@@ -23,7 +23,8 @@ _ATEXT = _ALNUM + b"!#$%&'*+/=?^_`{|}~-"
 _UNRESERVED = _ALNUM + b"-._~"
 _PCHAR = _UNRESERVED + b"!$&'()*+,;=:@"           # RFC 3986 pchar, but for pct-encoded (added below)
 _HEX = b"0123456789abcdefABCDEF"
-# Every character position of these formats is its own automaton state, and each costs the table builder
+# Labels and atoms are Words (value blocks: their positions share table rows); the uri's path, query and
+# fragment characters (with percent escapes) are one automaton state each, and each costs the table builder
 # work over the tokens its byte set lets through, so the parts are kept short (RFC 1035 allows 63).
 LABEL_CAP = 16          # characters per hostname label
 ATOM_CAP = 10           # characters per email local-part atom
@@ -36,10 +37,13 @@ def ipv4_node() -> tuple[Node, int, int]:
 
 
 def _label(first: bytes, longest: int) -> Node:
-    """A DNS label of 1..longest characters: `first` first, letters/digits/inner hyphens after."""
-    if longest == 1:
-        return bytes_of(first)
-    return seq(bytes_of(first), opt(seq(Repeat(bytes_of(_ALNUM + b"-"), 0, longest - 2), bytes_of(_ALNUM))))
+    """A DNS label of 1..longest characters: `first` first, letters/digits/inner hyphens after (a Word:
+    compiled as a value, its positions share table rows)."""
+    return Word(_mask(first), _mask(_ALNUM + b"-"), _mask(_ALNUM), 1, longest)
+
+
+def _mask(allowed: bytes) -> bytes:
+    return bytes(bytes_of(allowed).mask)
 
 
 def _host(budget: int, min_labels: int) -> tuple[Node, int, int]:
@@ -59,7 +63,7 @@ def hostname_node(budget: int) -> tuple[Node, int, int]:
 def email_node(budget: int) -> tuple[Node, int, int]:
     local_budget = min(64, max(1, (budget - 1) // 3))
     atom_len = min(ATOM_CAP, max(1, (local_budget + 1) // 3 - 1))
-    atom = Repeat(bytes_of(_ATEXT), 1, atom_len)
+    atom = Word(_mask(_ATEXT), _mask(_ATEXT), _mask(_ATEXT), 1, atom_len)
     local = seq(atom, Repeat(seq(lit(b"."), atom), 0, 2))
     domain, dlo, dhi = _host(budget - 1 - (3 * atom_len + 2), 2)        # 3 atoms and 2 dots at most
     return seq(local, lit(b"@"), domain), 2 + dlo, 3 * atom_len + 2 + 1 + dhi

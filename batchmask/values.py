@@ -27,6 +27,7 @@ it must not be a byte the value could also take, so where a value ends needs no 
 """
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -52,6 +53,7 @@ class ValueType:
     completion: tuple              # Q: the smallest bytes that end the unit in progress (finish)
     completion_units: tuple        # Q: units those bytes add to the count
     rank: np.ndarray = None        # int64 [Q]: position of each sub-state within a row of cells (see cells)
+    fill: bytes = FILL             # one unit that pads a value up to its minimum (finish)
     _torch: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -83,7 +85,7 @@ class ValueType:
         if key not in self._torch:
             self._torch[key] = ValueType(self.name, *(torch.as_tensor(getattr(self, f), device=device) for f in
                                                       ("table", "inc", "pending", "lo", "accept")),
-                                         self.names, self.completion, self.completion_units, self.rank)
+                                         self.names, self.completion, self.completion_units, self.rank, self.fill)
         return self._torch[key]
 
     def body_bytes_at_accept(self) -> np.ndarray:
@@ -128,7 +130,7 @@ class ValueType:
         """The shortest bytes that end the value from cell (n, q): end the unit, then pad to `min_`."""
         out = self.completion[q]
         n += self.completion_units[q]
-        return out + FILL * max(0, min_ - n)
+        return out + self.fill * max(0, min_ - n)
 
 
 # --- the three rules: `vt` is a ValueType (numpy) or its `.on(device)` view (torch); arrays broadcast ---------
@@ -240,6 +242,38 @@ def _json(utf8: bool) -> ValueType:
 
 
 _TYPES: dict[str, ValueType] = {}
+
+
+def word_type(start: bytes, body: bytes, end: bytes) -> ValueType:
+    """The value type of a `Word` (grammar.py): ASCII bytes, the first from `start`, the others from `body`,
+    the last from `end`; each byte one unit. Sub-states: 0 before the first byte, 1 after a byte of `end`,
+    2 after one of `body` but not `end` (a word may not end there). 0 and 1 accept: a word of 0 bytes is
+    ruled out by its block's minimum, not by its type. Built once per (start, body, end)."""
+    start, body, end = bytes(start), bytes(body), bytes(end)
+    name = "word-" + hashlib.sha256(start + body + end).hexdigest()[:24]
+    if name not in _TYPES:
+        s, b, e = (np.frombuffer(m, dtype=np.uint8).astype(bool) for m in (start, body, end))
+        if len(start) != 256 or len(body) != 256 or len(end) != 256 or (s | b)[0x80:].any() or (e & ~b).any() \
+                or not (s & b & e).any():
+            raise ValueError("a Word's masks: 256 bytes each, ASCII only, end within body, and some byte in all "
+                             "three (what finish pads with)")
+        table = np.full((3, 256), -1, dtype=np.int64)
+        table[0, s] = np.where(e[s], 1, 2)
+        table[1:, b] = np.where(e[b], 1, 2)[None, :]
+        completion = (b"", b"", bytes([int(np.flatnonzero(e)[0])]))          # end a word in sub-state 2
+        _TYPES[name] = ValueType(
+            name=name, table=table, inc=(table >= 0).astype(np.int64), pending=np.array([0, 0, 1]),
+            lo=np.array([0, 1, 1]), accept=np.array([True, True, False]), names=("start", "end", "body"),
+            completion=completion, completion_units=(0, 0, 1), rank=_rank(table, (table >= 0).astype(np.int64)),
+            fill=bytes([int(np.flatnonzero(s & b & e)[0])]))
+    return _TYPES[name]
+
+
+def value_type_named(name: str, utf8: bool) -> ValueType:
+    """A value type by its name: a run's (made when its grammar was built) or a string body's."""
+    if name in _TYPES:
+        return _TYPES[name]
+    return value_type(name.split("-")[0], utf8)
 
 
 def value_type(kind: str, utf8: bool) -> ValueType:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 import re
 
-from batchmask.grammar import Alt, ByteSet, JsonStr, Lit, Repeat, Seq, Str
+from batchmask.grammar import Alt, ByteSet, JsonStr, Lit, Repeat, Seq, Str, Word
 
 # One JSON string character as JsonStr writes it: raw well-formed UTF-8 (RFC 3629 table 3-7) except
 # '"', '\\', U+0000-U+001F and U+007F; the short escapes; \u00XX for exactly the characters that may not be raw.
@@ -38,7 +38,24 @@ def to_regex(node) -> bytes:
         return JSON_CHAR + b"{%d,%d}" % (node.min, node.max)
     if isinstance(node, Str):
         return SEED_BYTE + b"{%d,%d}" % (node.min, node.max)
+    if isinstance(node, Word):              # one byte of start and end; or start, body..., end
+        start, body, end = (_members(m) for m in (node.start, node.body, node.end))
+        forms = [b""] if node.min == 0 else []
+        if node.min <= 1 <= node.max and set(start) & set(end):
+            forms.append(_class(sorted(set(start) & set(end))))
+        if node.max >= 2:
+            forms.append(_class(start) + _class(body) + b"{%d,%d}" % (max(0, node.min - 2), node.max - 2)
+                         + _class(end))
+        return b"(?:" + b"|".join(forms) + b")"
     raise TypeError(node)
+
+
+def _members(mask) -> list[int]:
+    return [b for b in range(256) if mask[b]]
+
+
+def _class(members) -> bytes:
+    return b"[" + b"".join(b"\\x%02x" % b for b in members) + b"]"
 
 
 def compile_regex(node) -> re.Pattern:
@@ -88,4 +105,12 @@ def walk(node, rng: random.Random, push: bool = True) -> bytes:
         return b"".join(walk(node.item, rng, push) for _ in range(_count(rng, node.min, node.max, push)))
     if isinstance(node, JsonStr):
         return b"".join(random_char(rng) for _ in range(_count(rng, node.min, node.max, push)))
+    if isinstance(node, Word):
+        start, body, end = (_members(m) for m in (node.start, node.body, node.end))
+        n = _count(rng, node.min, node.max, push)
+        if n == 0:
+            return b""
+        if n == 1:
+            return bytes([rng.choice(sorted(set(start) & set(end)))])
+        return bytes([rng.choice(start)] + [rng.choice(body) for _ in range(n - 2)] + [rng.choice(end)])
     raise TypeError(node)

@@ -17,7 +17,7 @@ import torch
 
 from batchmask import compiler
 from batchmask.compiler import CompiledGrammar, GrammarCacheError, compile_node
-from batchmask.grammar import Alt, ByteSet, JsonStr, Lit, Repeat, Seq, Str
+from batchmask.grammar import Alt, ByteSet, JsonStr, Lit, Repeat, Seq, Str, Word
 
 regex = pytest.importorskip("regex")
 LLAMA = Path(__file__).resolve().parents[1].parent / "shared" / "llama2"
@@ -48,6 +48,14 @@ def pattern(node, utf8: bool) -> bytes:
     if isinstance(node, Str):
         assert not utf8, "the reference spells the seed's byte-capped UTF-8 values only in the seed oracle"
         return rb"[\x20\x21\x23-\x5b\x5d-\xff]{%d,%d}" % (node.min, node.max)
+    if isinstance(node, Word):      # (empty |) one byte of start and end | start, body{min-2..max-2}, end
+        s, b, e = (ByteSet(m) for m in (node.start, node.body, node.end))
+        one = ByteSet(bytes(x & y for x, y in zip(node.start, node.end)))
+        forms = [b""] * (node.min == 0) + [pattern(one, utf8)] * (node.min <= 1 <= node.max)
+        if node.max >= 2:
+            forms.append(pattern(s, utf8) + pattern(Repeat(b, max(0, node.min - 2), node.max - 2), utf8)
+                         + pattern(e, utf8))
+        return b"(?:" + b"|".join(forms) + b")"
     raise TypeError(node)
 
 
