@@ -19,6 +19,9 @@ How the columns are found without ever building S x V:
     value's end), so rows are computed for one token per class; equal columns are merged once
     more at the end.
 After a complete value exactly the stop ids are legal (they lead to `done`); in `done` only eos.
+Explicit rows stay sparse (a few legal entries each) until the table is written, and the target
+list comes from the few absolute moves, so the dense [R, C] table is written and read a handful
+of times, not once per step (large unions of tool sets make it tens of MB).
 """
 from __future__ import annotations
 
@@ -237,7 +240,7 @@ def _once(far):
 def _value_rows(aut, sigs, after_ev, blocks_of, rep, far, dev):
     """Next states from block cells for the C class representatives.
 
-    Returns (state ids [N], rows int64 [N, C], within bool [N, C]): `within` marks moves that stay
+    Returns (state ids [N], rows int32 [N, C], within bool [N, C]): `within` marks moves that stay
     inside the value (the only ones whose target is a fixed shift of the state). Far cells
     (see far_mask) are represented by the first of them per sub-state; the rest share its row.
     All blocks of one value type are done together: cells concatenated, their grids too.
