@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 
+import jsonschema
 import pytest
 from test_grammar_set import cli, files, tok  # noqa: F401  (fixtures)
 
@@ -55,3 +56,16 @@ def test_a_run_in_waves_gives_the_records_of_one_wave(files, tmp_path, cache, mo
     one, cut = records(tmp_path / "one.jsonl"), records(tmp_path / "waves.jsonl")
     assert [r["index"] for r in cut] == list(range(11)) and cut == one
     assert sum(r["call"] is not None for r in one) >= 9
+
+
+def test_schema_tasks_beside_byte_rule_tool_sets(files, tmp_path):  # noqa: F811
+    """--bytes compiles the tool sets by the seed's byte rule; the schema tasks (UTF-8) get a table of their own,
+    joined with the tool sets' in one batch: every record is a valid call or value of its own task."""
+    assert cli(files, tmp_path / "b.jsonl", "--bytes", cache="none") == 0
+    rows = [json.loads(x) for x in (files / "tasks.jsonl").read_text().splitlines()]
+    recs = records(tmp_path / "b.jsonl")
+    assert [r["index"] for r in recs] == list(range(len(rows)))
+    for row, rec in zip(rows, recs):
+        assert rec["error"] is None, rec
+        if "schema" in row:
+            jsonschema.validate(rec["call"], row["schema"])
