@@ -133,12 +133,10 @@ class GrammarStore:
             except GrammarCacheError as e:
                 self.warn(f"{e}; compiling it again and replacing the file")
         if g is None:
-            for reg, w in zip(registries, where):          # each set's own errors first, naming its task
-                _named(w, api.item_node, reg, self.format, self.max_string, utf8, self.options)
             try:
                 g = api.compile_grammars(registries, self.tokenizer, device=self.device, **args)
             except ValueError:
-                for reg, w in zip(registries, where):      # which set the compiler refuses, if one alone is
+                for reg, w in zip(registries, where):      # the set refused (its task named), if one alone is
                     _named(w, api.compile_grammars, [reg], self.tokenizer, device=self.device, **args)
                 raise
             self.compiled += 1

@@ -11,7 +11,7 @@ distinct absolute targets (explicit states, where values begin and end), so code
 the table costs half. A plain [S, C] table is the special case targets = arange(S).
 
 This module is the one place the rule is written; the compiler encodes with `encode_relative` and
-`encode_targets`, the torch and numpy maskers decode with `decode_next`/`decode_next_np`, and the
+`encode_targets`/`index_targets`, the torch and numpy maskers decode with `decode_next`/`decode_next_np`, and the
 Triton kernel keeps a jitted copy of the same line that tests/test_kernels.py checks against it.
 """
 from __future__ import annotations
@@ -34,9 +34,17 @@ def encode_targets(codes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     codes = codes.contiguous()
     flat = codes.view(-1)
     at = torch.nonzero(flat >= 0).flatten()                 # the absolute entries: few (most are -1)
-    targets, index = torch.unique(flat.index_select(0, at).long(), return_inverse=True)   # sorted
-    flat.index_copy_(0, at, index.to(codes.dtype))
+    states = flat.index_select(0, at)
+    targets = torch.unique(states.long())                   # sorted
+    flat.index_copy_(0, at, index_targets(states, targets))
     return codes, targets
+
+
+def index_targets(codes: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Codes whose absolute entries are states (each one of `targets`, sorted) -> the same codes with those
+    entries as their indices in `targets`; -1 and relative codes as they are."""
+    at = torch.searchsorted(targets, codes.clamp(min=0).to(targets.dtype))
+    return torch.where(codes >= 0, at.to(codes.dtype), codes)
 
 
 def decode_next(codes: torch.Tensor, states: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -30,7 +30,7 @@ import torch
 
 from .automaton import Automaton, byte_table
 from .classes import classes_of, column_classes, first_of_each, in_first_use_order, refine
-from .next_codes import encode_relative, encode_targets
+from .next_codes import encode_relative, encode_targets, index_targets
 from .tokensim import STAYS, STOPS, ByteSteps, VocabPrep, after_stops, explicit_columns
 from .values import close_ok, stays_need
 
@@ -139,13 +139,13 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
         # the target list from the few absolute moves, before they are spread over the table's columns
         targets = torch.unique(torch.cat([ex_code[ex_code >= 0], vcodes[vcodes >= 0].long(),
                                           torch.tensor([done], device=dev)]))
-        ex_code = _target_codes(ex_code, targets)
-        vcodes = _target_codes(vcodes, targets)
+        ex_code = index_targets(ex_code, targets)
+        vcodes = index_targets(vcodes, targets)
         Rv = len(v_uniq)
         allc = torch.full((E + Rv + 1, C), -1, dtype=torch.int32, device=dev)         # [E + Rv + 1, C]
         allc[ex_r, ex_c] = ex_code.to(torch.int32)
         allc[E:E + Rv] = _take_columns(vcodes, spread)
-        allc[-1] = _target_codes(done_row[0], targets)
+        allc[-1] = index_targets(done_row[0], targets)
         row_of, uniq = classes_of(allc)
         rows_of = allc                                                                 # row r is allc[uniq[r]]
         state_row[explicit] = row_of[:E]
@@ -198,12 +198,6 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     assert torch.equal(row_final[state_row], final), "accepting is a property of the row (its stop moves)"
     return dict(token_class=token_class, state_row=state_row, row_next=row_next, row_legal=row_legal,
                 row_final=row_final, targets=targets, done_state=done)
-
-
-def _target_codes(codes: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Codes whose absolute entries are states -> the same with them as indices into `targets` (sorted)."""
-    at = torch.searchsorted(targets, codes.clamp(min=0).to(targets.dtype))
-    return torch.where(codes >= 0, at.to(codes.dtype), codes)
 
 
 def _take_columns(x: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:

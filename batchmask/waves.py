@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .grammar_store import TaskPlan, run_grammars
+from .grammar_store import TaskPlan, cache_dir_of, run_grammars
 
 DEFAULT_MAX_SETS = 64
 
@@ -53,11 +53,11 @@ def cut_waves(groups: list[int], max_sets: int) -> list[tuple[int, int]]:
 def prepare_waves(args, plan: TaskPlan, todo: list[int], tokenizer, device, max_sets: int) -> list[Wave]:
     """Every wave's table compiled or loaded (see the module docstring); the first one kept on the device."""
     ranges = cut_waves([plan.groups[i] for i in todo], max_sets)
+    cached = cache_dir_of(getattr(args, "grammar_cache", None)) is not None
     waves = []
     for k, (lo, hi) in enumerate(ranges):
         table, regs, groups = run_grammars(args, plan, todo[lo:hi], tokenizer, device)
         if k > 0 and table is not None:
-            cached = getattr(args, "grammar_cache", None) is None or str(args.grammar_cache).lower() != "none"
             table = None if cached else table.to("cpu")                     # read back / moved when it runs
         waves.append(Wave(lo, hi, table, regs, groups))
     return waves

@@ -156,14 +156,20 @@ def matches(rx, data: bytes) -> bool:
 bounds = st.one_of(st.none(), st.integers(-10 ** 6, 10 ** 6))
 
 
-@FAST
-@given(lo=bounds, hi=bounds, lo_ex=st.booleans(), hi_ex=st.booleans(), data=st.data())
-def test_integer_ranges_are_exact(lo, hi, lo_ex, hi_ex, data):
-    schema = {"type": "integer"}
+def ranged(kind: str, lo, hi, lo_ex: bool, hi_ex: bool) -> dict:
+    """A schema of `kind` with the bounds given (None: that side open), each exclusive or not."""
+    schema = {"type": kind}
     if lo is not None:
         schema["exclusiveMinimum" if lo_ex else "minimum"] = lo
     if hi is not None:
         schema["exclusiveMaximum" if hi_ex else "maximum"] = hi
+    return schema
+
+
+@FAST
+@given(lo=bounds, hi=bounds, lo_ex=st.booleans(), hi_ex=st.booleans(), data=st.data())
+def test_integer_ranges_are_exact(lo, hi, lo_ex, hi_ex, data):
+    schema = ranged("integer", lo, hi, lo_ex, hi_ex)
     try:
         rx = compile_regex(schema_node(schema))
     except Exception as e:                                   # empty range: refused, and jsonschema agrees
@@ -197,11 +203,7 @@ quarters = st.one_of(st.none(), st.integers(-4000, 4000).map(lambda q: q / 4))
 @FAST
 @given(lo=quarters, hi=quarters, lo_ex=st.booleans(), hi_ex=st.booleans(), data=st.data())
 def test_number_ranges_are_exact(lo, hi, lo_ex, hi_ex, data):
-    schema = {"type": "number"}
-    if lo is not None:
-        schema["exclusiveMinimum" if lo_ex else "minimum"] = lo
-    if hi is not None:
-        schema["exclusiveMaximum" if hi_ex else "maximum"] = hi
+    schema = ranged("number", lo, hi, lo_ex, hi_ex)
     try:
         rx = compile_regex(schema_node(schema))
     except Exception as e:

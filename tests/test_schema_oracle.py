@@ -228,12 +228,7 @@ def number_caps_exceeded(text: bytes, token: bytes, options, exponent_here: bool
     unbounded one has at most `exponent_digits` exponent digits)."""
     if _in_string(text):
         return False
-    i = len(text)
-    while i > 0 and text[i - 1] in _NUMBER_CHARS:
-        i -= 1
-    j = 0
-    while j < len(token) and token[j] in _NUMBER_CHARS:
-        j += 1
+    i, j = _number_edges(text, token)
     run = text[i:] + token[:j]
     m = _NUMBER.match(run)
     if not j or not m or m.end() < len(run):
@@ -251,14 +246,20 @@ def _number_run(text: bytes, token: bytes) -> bytes | None:
     """The JSON number `token` continues or starts (its number characters only), None outside a number."""
     if _in_string(text):
         return None
+    i, j = _number_edges(text, token)
+    run = text[i:] + token[:j]
+    return run if run else None
+
+
+def _number_edges(text: bytes, token: bytes) -> tuple[int, int]:
+    """(where the number characters at the end of `text` start, how many `token` starts with)."""
     i = len(text)
     while i > 0 and text[i - 1] in _NUMBER_CHARS:
         i -= 1
     j = 0
     while j < len(token) and token[j] in _NUMBER_CHARS:
         j += 1
-    run = text[i:] + token[:j]
-    return run if run else None
+    return i, j
 
 
 def negative_zero(text: bytes, token: bytes) -> bool:
