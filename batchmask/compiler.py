@@ -124,7 +124,9 @@ def _compile(node, tokenizer, utf8, key, dev, automaton=None) -> CompiledGrammar
 
 def table_dtype(row_next: torch.Tensor) -> torch.dtype:
     """The table's integer width, for row_next and state_row alike (the kernels take int16 or int32 tables):
-    int16 where every code and every row index fits, else int32."""
+    int16 where every code and every row index fits, else int32 (table_write.py writes the narrowest already)."""
+    if row_next.dtype == torch.int16:
+        return torch.int16
     lo, hi = int(row_next.min()), int(row_next.max())
     fits = -32768 <= lo and hi <= 32767 and row_next.shape[0] <= 32767
     return torch.int16 if fits else torch.int32

@@ -43,8 +43,11 @@ def encode_targets(codes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def index_targets(codes: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Codes whose absolute entries are states (each one of `targets`, sorted) -> the same codes with those
     entries as their indices in `targets`; -1 and relative codes as they are."""
-    at = torch.searchsorted(targets, codes.clamp(min=0).to(targets.dtype))
-    return torch.where(codes >= 0, at.to(codes.dtype), codes)
+    flat = codes.reshape(-1)
+    at = torch.nonzero(flat >= 0).flatten()                 # the absolute entries: few (most are -1)
+    out = flat.clone()
+    out.index_copy_(0, at, torch.searchsorted(targets, flat.index_select(0, at).to(targets.dtype)).to(codes.dtype))
+    return out.view_as(codes)
 
 
 def decode_next(codes: torch.Tensor, states: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

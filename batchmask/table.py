@@ -29,8 +29,9 @@ import numpy as np
 import torch
 
 from .automaton import Automaton, byte_table
-from .classes import classes_of, column_classes, first_of_each, in_first_use_order, refine
+from .classes import classes_of, first_of_each, in_first_use_order, refine
 from .next_codes import encode_relative, encode_targets, index_targets
+from .table_write import RowParts
 from .tokensim import STAYS, STOPS, ByteSteps, VocabPrep, after_stops, explicit_columns
 from .values import close_ok, stays_need
 
@@ -77,6 +78,7 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     vts = aut.value_types()
     sigs = {vt.name: prep.signature(vt) for vt in vts}
     blocks_of = {vt.name: [k for k, b in enumerate(aut.blocks) if b.vt.name == vt.name] for vt in vts}
+    shapes_of = {name: _shapes(aut, ks) for name, ks in blocks_of.items()}              # blocks alike but for exits
     after_ev = {name: after_stops(sigs[name], [aut.blocks[k] for k in ks], steps, to_c, from_c, vocab)
                 for name, ks in blocks_of.items()}                                     # [B_vt, E_vt]
 
@@ -118,47 +120,41 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     ex_r = torch.cat([row_of_explicit[src[sel]], acc_rows.repeat_interleave(len(stop_classes))])
     ex_c = torch.cat([rep_pos[tok[sel]], stop_classes.repeat(len(acc_rows))])
     ex_n = torch.cat([nxt[sel], torch.full((len(acc_rows) * len(stop_classes),), done, device=dev)])
-    done_row = torch.full((1, C), -1, dtype=torch.int32, device=dev)
-    done_row[0, token_class[prep.eos_id]] = done           # a finished row stays finished, emitting eos
+    eos_class = token_class[prep.eos_id].reshape(1)        # in `done` only eos is legal; it stays there
 
     def value_part(far_fn):
-        return _value_rows(aut, sigs, after_ev, blocks_of, value_rep, far_fn, dev)
+        return _value_rows(aut, sigs, after_ev, blocks_of, shapes_of, value_rep, far_fn, dev)
 
-    value_ids, value_rows, within = value_part(far)                                    # [Nk, Cv]
+    value_ids, codes = value_part(far)                                                 # [Nk, Cv]
+    v_row, v_uniq = classes_of(codes)                                                  # equal cell rows once
+    vcodes = codes.index_select(0, v_uniq)                                             # [Rv, Cv]
     # every class has a token (dense ids), so a row is dead iff it has no legal entry
     dead = (E > 0 and bool((torch.bincount(ex_r, minlength=E) == 0).any())) or \
-        (len(value_rows) > 0 and bool((value_rows.amax(1) < 0).any()))
+        (len(vcodes) > 0 and bool(((vcodes.amax(1) == -1) & (vcodes.amin(1) == -1)).any()))
     state_row = torch.full((S + 1,), -1, dtype=torch.int64, device=dev)
     if not bool(dead):
-        codes = torch.where(within, encode_relative(value_rows, value_ids.to(value_rows.dtype)[:, None]),
-                            value_rows).to(torch.int32)
-        v_row, v_uniq = classes_of(codes)                                              # equal cell rows once
-        vcodes = codes.index_select(0, v_uniq)                                         # [Rv, Cv]
         s = explicit.index_select(0, ex_r)
         ex_code = torch.where(_forward(ex_n, s, done), encode_relative(ex_n, s), ex_n)
-        # the target list from the few absolute moves, before they are spread over the table's columns
+        # the target list from the few absolute moves
         targets = torch.unique(torch.cat([ex_code[ex_code >= 0], vcodes[vcodes >= 0].long(),
                                           torch.tensor([done], device=dev)]))
-        ex_code = index_targets(ex_code, targets)
-        vcodes = index_targets(vcodes, targets)
-        Rv = len(v_uniq)
-        allc = torch.full((E + Rv + 1, C), -1, dtype=torch.int32, device=dev)         # [E + Rv + 1, C]
-        allc[ex_r, ex_c] = ex_code.to(torch.int32)
-        allc[E:E + Rv] = _take_columns(vcodes, spread)
-        allc[-1] = index_targets(done_row[0], targets)
-        row_of, uniq = classes_of(allc)
-        rows_of = allc                                                                 # row r is allc[uniq[r]]
+        # rows: the explicit states' (sparse), `done`'s (sparse, row E), the block cells' (dense on value classes)
+        parts = RowParts(E + 1, torch.cat([ex_r, torch.tensor([E], device=dev)]), torch.cat([ex_c, eos_class]),
+                         index_targets(torch.cat([ex_code, torch.tensor([done], device=dev)]), targets),
+                         index_targets(vcodes, targets), spread, C)
+        row_of = parts.row_classes()
         state_row[explicit] = row_of[:E]
-        state_row[value_ids] = row_of[E + v_row]
-        state_row[done] = row_of[-1]
-        _share_far(aut, state_row, far, sigs)
+        state_row[done] = row_of[E]
+        state_row[value_ids] = row_of.index_select(0, E + 1 + v_row)
+        _share_far(aut, state_row, far, sigs, blocks_of, shapes_of)
     else:
         # Some state has no way out (a vocabulary without some bytes): prune on the full table.
-        value_ids, value_rows, within = value_part(lambda blk, n, d: far(blk, None, d))
+        value_ids, codes = value_part(lambda blk, n, d: far(blk, None, d))
+        within = codes <= -2                                                           # relative: stays inside
         full = torch.full((S + 1, C), -1, dtype=torch.int32, device=dev)
         full[explicit[ex_r], ex_c] = ex_n.to(torch.int32)
-        full[value_ids] = value_rows[:, spread].to(torch.int32)
-        full[done] = done_row[0]
+        full[value_ids] = torch.where(within, value_ids[:, None] - 2 - codes, codes)[:, spread].to(torch.int32)
+        full[done, eos_class] = done
         finals = torch.cat([acc, torch.tensor([done], device=dev)])
         full = _prune_dead_ends(full, class_size, finals)
         relative = torch.zeros_like(full, dtype=torch.bool)
@@ -169,27 +165,16 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
         codes = torch.where(relative, encode_relative(full, states), full)
         state_row, uniq = classes_of(codes)
         codes, targets = encode_targets(codes)
-        rows_of = codes
+        empty = torch.zeros(0, dtype=torch.int64, device=dev)
+        parts = RowParts(0, empty, empty, empty, codes.index_select(0, uniq).to(torch.int32),
+                         torch.arange(C, device=dev), C)
+        state_row = parts.row_classes().index_select(0, state_row)        # the rows are distinct already
     assert int(state_row.min()) >= 0, "every state has a row"
-    # Number rows by first use (one gather builds the table in that order), merge classes whose columns came
-    # out equal (keys are sufficient, not necessary) and number them by first use too, so equal grammars give
-    # equal tables whatever the hashing did.
+    # Number rows by first use and write the table in that order, its equal columns merged and numbered by
+    # first use too (keys are sufficient, not necessary), so equal grammars give equal tables whatever the
+    # hashing did (table_write.py).
     state_row, row_order = in_first_use_order(state_row)
-    row_next = rows_of.index_select(0, uniq.index_select(0, row_order))
-    merged, col_rep = column_classes(row_next)
-    token_class, cls_order = in_first_use_order(merged[token_class])
-    row_next = _take_columns(row_next, col_rep.index_select(0, cls_order))
-    class_size = torch.bincount(token_class, minlength=row_next.shape[1])
-    # through BLAS (an int64 matmul does not): every partial sum is a count <= V, exact in float32 below 2^24
-    exact = torch.float32 if V < (1 << 24) else torch.float64
-    if dev.type == "cpu":                   # numpy's conversion and product are ~2x torch's here; in blocks
-        ft = np.float32 if exact == torch.float32 else np.float64                # of rows that stay in cache
-        rn, cs, R = row_next.numpy(), class_size.numpy().astype(ft), row_next.shape[0]
-        step = max(1, CELL_ENTRIES // max(1, rn.shape[1]))
-        legal = np.concatenate([(rn[a:a + step] != -1).astype(ft) @ cs for a in range(0, R, step)] or [np.zeros(0)])
-        row_legal = torch.from_numpy(legal).to(torch.int32)                                           # [R]
-    else:
-        row_legal = ((row_next != -1).to(exact) @ class_size.to(exact)).to(torch.int32)               # [R]
+    token_class, row_next, row_legal = parts.write(row_order, token_class)
     final = torch.zeros(S + 1, dtype=torch.bool, device=dev)
     final[acc] = True
     final[done] = True
@@ -198,13 +183,6 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     assert torch.equal(row_final[state_row], final), "accepting is a property of the row (its stop moves)"
     return dict(token_class=token_class, state_row=state_row, row_next=row_next, row_legal=row_legal,
                 row_final=row_final, targets=targets, done_state=done)
-
-
-def _take_columns(x: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
-    """x[:, cols] (numpy's take on the CPU: ~3x torch's index_select along dim 1)."""
-    if x.device.type == "cpu":
-        return torch.from_numpy(np.take(x.numpy(), cols.numpy(), axis=1))
-    return x.index_select(1, cols)
 
 
 # An explicit state's forward moves (not to `done`) are stored relative when they reach no further than
@@ -231,53 +209,74 @@ def _once(far):
     return far_once
 
 
-def _value_rows(aut, sigs, after_ev, blocks_of, rep, far, dev):
-    """Next states from block cells for the C class representatives.
+def _value_rows(aut, sigs, after_ev, blocks_of, shapes_of, rep, far, dev):
+    """Next-state codes from block cells for the C class representatives.
 
-    Returns (state ids [N], rows int32 [N, C], within bool [N, C]): `within` marks moves that stay
-    inside the value (the only ones whose target is a fixed shift of the state). Far cells
-    (see far_mask) are represented by the first of them per sub-state; the rest share its row.
-    All blocks of one value type are done together: cells concatenated, their grids too.
+    Returns (state ids [N], codes int32 [N, C]): a move that stays inside the value is relative (the
+    only ones whose target is a fixed shift of the state), others are the next state, -1 illegal.
+    Blocks of one value type with the same bounds have the same cells, and their rows differ only where
+    a token ends the value (each block leads somewhere else): so the cells' rows are worked out once per
+    shape (_shapes) with the value's ending events left open, then every block of the shape fills in its
+    own next states (one gather). Far cells (see far_mask) are represented by the first of them per
+    sub-state; the rest share its row (_share_far).
     """
     C = len(rep)
-    ids_out, rows, within = [], [], []
+    ids_out, rows = [], []
     for name, ks in blocks_of.items():
         vt = aut.blocks[ks[0]].vt.on(dev)
         Q, sig = vt.num_substates, sigs[name]
-        blks = [aut.blocks[k] for k in ks]
-        # the cells of every block of the type, concatenated (host: small ops per block), and which to compute:
-        # every cell that is not far, and the first far cell of each (block, sub-state)
-        fm = np.concatenate([far(blk, sig.reach, dev) for blk in blks])             # [N]
-        qs_all = np.concatenate([blk.qs for blk in blks])
-        ns_all = np.concatenate([blk.ns for blk in blks])
-        cj_all = np.repeat(np.arange(len(blks)), [blk.size for blk in blks])
-        id_all = np.concatenate([blk.base + np.arange(blk.size) for blk in blks])
-        keep = ~fm
-        far_at = np.flatnonzero(fm)
-        if far_at.size:
-            first = _min_per_key(cj_all[far_at] * Q + qs_all[far_at], far_at, len(blks) * Q)
-            keep[first[first >= 0]] = True
-        sel = np.flatnonzero(keep)
-        grids = [blk.grid.reshape(-1) for blk in blks]
-        gstart = np.concatenate([[0], np.cumsum([g.size for g in grids])])
-        qs, ns, ids, cj = (torch.from_numpy(x[sel]).to(dev) for x in (qs_all, ns_all, id_all, cj_all))
-        grid = torch.from_numpy(np.concatenate(grids)).to(dev).to(torch.int32)
-        bounds = torch.tensor([[aut.blocks[k].min, aut.blocks[k].max] for k in ks], device=dev)
-        room = (bounds[cj, 1] - ns).to(torch.int32)                           # [Nk] max - n
-        low = (bounds[cj, 0] - ns).to(torch.int32)                            # [Nk] min - n
-        at0 = (torch.as_tensor(gstart[:-1], device=dev)[cj] + ns * Q).to(torch.int32)   # [Nk] grid offset of row n
         per_q = _per_substate(vt, sig, rep, after_ev[name])
-        step = max(1, CELL_ENTRIES // max(1, C))
-        for a in range(0, len(qs), step):    # cells in chunks: the [cells, C] temporaries stay in cache
-            cut = slice(a, a + step)
-            r, w = _cell_rows(vt, per_q, qs[cut], room[cut], low[cut], at0[cut], cj[cut], grid)
-            rows.append(r)
-            within.append(w)
-        ids_out.append(ids)
+        aft = per_q[6].view(len(ks), -1)                                          # [B_vt, E + 1] the exits
+        for js in shapes_of[name].values():                                     # js: blocks of the type
+            blk = aut.blocks[ks[js[0]]]
+            sel = _cells_computed(blk, far(blk, sig.reach, dev), Q)                 # [n] cells of the shape
+            grid = torch.from_numpy(np.where(blk.grid >= 0, blk.grid - blk.base, -1).reshape(-1)).to(dev)
+            grid = grid.to(torch.int32)
+            bases = torch.as_tensor([aut.blocks[ks[j]].base for j in js], device=dev)
+            exits = aft.index_select(0, torch.as_tensor(js, device=dev))                 # [b, E + 1]
+            cstep = max(1, CELL_ENTRIES // max(1, C))
+            for c0 in range(0, len(sel), cstep):          # cells in chunks, then blocks in chunks: the
+                cut = torch.from_numpy(sel[c0:c0 + cstep]).to(dev)   # [cells, C] temporaries stay in cache
+                qs, ns = blk_q(blk, cut), blk_n(blk, cut)
+                code, ev = _cell_rows(vt, per_q, qs, (blk.max - ns).to(torch.int32), (blk.min - ns).to(torch.int32),
+                                      (ns * Q).to(torch.int32), cut, grid)
+                bstep = max(1, CELL_ENTRIES // max(1, code.numel()))
+                for b0 in range(0, len(js), bstep):
+                    out = exits[b0:b0 + bstep].index_select(1, ev.view(-1)).view(-1, *ev.shape)   # [b, n, C]
+                    rows.append(torch.where(out >= 0, out, code).view(-1, C))
+                    ids_out.append((bases[b0:b0 + bstep, None] + cut).view(-1))
     if not rows:
-        return (torch.empty(0, dtype=torch.int64, device=dev), torch.empty((0, C), dtype=torch.int64, device=dev),
-                torch.empty((0, C), dtype=torch.bool, device=dev))
-    return torch.cat(ids_out), torch.cat(rows), torch.cat(within)
+        return torch.empty(0, dtype=torch.int64, device=dev), torch.empty((0, C), dtype=torch.int32, device=dev)
+    return torch.cat(ids_out), torch.cat(rows)
+
+
+def blk_q(blk, cells: torch.Tensor) -> torch.Tensor:
+    return torch.from_numpy(blk.qs).to(cells.device).index_select(0, cells)
+
+
+def blk_n(blk, cells: torch.Tensor) -> torch.Tensor:
+    return torch.from_numpy(blk.ns).to(cells.device).index_select(0, cells)
+
+
+def _shapes(aut, ks) -> dict:
+    """Blocks ks (of one value type) grouped by shape, bounds and cell layout: {key: [positions in ks]}."""
+    out = {}
+    for j, k in enumerate(ks):
+        blk = aut.blocks[k]
+        key = (blk.min, blk.max, np.where(blk.grid >= 0, blk.grid - blk.base, -1).tobytes())
+        out.setdefault(key, []).append(j)
+    return out
+
+
+def _cells_computed(blk, fm: np.ndarray, Q: int) -> np.ndarray:
+    """Offsets of the cells whose rows are computed: every cell that is not far, and the first far
+    cell of each sub-state (fm: the far mask)."""
+    keep = ~fm
+    far_at = np.flatnonzero(fm)
+    if far_at.size:
+        first = _min_per_key(blk.qs[far_at], far_at, Q)
+        keep[first[first >= 0]] = True
+    return np.flatnonzero(keep)
 
 
 # cells x classes per chunk of _cell_rows (int64 temporaries of ~2 MB)
@@ -301,19 +300,21 @@ def _per_substate(vt, sig, rep, aft):
     return need, step, units.to(torch.int32), qc.to(torch.int32), stops, evx, aflat.reshape(-1).to(torch.int32), E1
 
 
-def _cell_rows(vt, per_q, qs, room, low, at0, cj, grid):
-    """Rows of block cells (sub-state qs, room max - n, low min - n, grid offset of their row, block cj
-    of the type; all [n]) for the class representatives: (next states int32 [n, C], within bool [n, C])."""
+def _cell_rows(vt, per_q, qs, room, low, at0, cell, grid):
+    """Rows of block cells (sub-state qs, room max - n, low min - n, grid offset of their row, their offset in
+    the block; all [n]) for the class representatives, but for where a token ends the value:
+    (codes int32 [n, C]: relative for moves inside the value, else -1; the ending event of each entry, int64
+    [n, C], an index into a block's exits, the last one (-1) where the entry does not end the value)."""
     need, step, units, qc, stops, evx, aflat, E1 = per_q
     room = room[:, None]
     stays = need.index_select(0, qs) <= room                                   # [n, C] stays_ok
     at = at0[:, None] + step.index_select(0, qs)
     inside = grid.index_select(0, at.clamp_(max=len(grid) - 1).view(-1)).view(at.shape)
-    ai = (cj * E1).to(torch.int32)[:, None] + evx.index_select(0, qs)
-    after = aflat.index_select(0, ai.view(-1)).view(ai.shape)
     u = units.index_select(0, qs)                                              # close_ok at n + u, bounds shifted by n
-    closes = stops.index_select(0, qs) & close_ok(vt, u, qc.index_select(0, qs), low[:, None], room) & (after >= 0)
-    return torch.where(closes, after, torch.where(stays, inside, -1)), stays
+    closes = stops.index_select(0, qs) & close_ok(vt, u, qc.index_select(0, qs), low[:, None], room)
+    ev = torch.where(closes, evx.index_select(0, qs), E1 - 1).long()
+    code = torch.where(stays, encode_relative(inside, cell[:, None].to(inside.dtype)), -1).to(torch.int32)
+    return code, ev
 
 
 def _min_per_key(key: np.ndarray, values: np.ndarray, num_keys: int) -> np.ndarray:
@@ -327,7 +328,7 @@ def _min_per_key(key: np.ndarray, values: np.ndarray, num_keys: int) -> np.ndarr
     return np.where(out == big, -1, out)
 
 
-def _share_far(aut, state_row, far, sigs) -> None:
+def _share_far(aut, state_row, far, sigs, blocks_of, shapes_of) -> None:
     """Far cells not computed take the row of their sub-state's first far cell (see _value_rows).
 
     In a block cell's row a move that stays inside the value is stored relative to the state (a
@@ -336,18 +337,21 @@ def _share_far(aut, state_row, far, sigs) -> None:
     in the hundreds whatever a value's cap is.
     """
     dev = state_row.device
-    Qm = max([b.vt.num_substates for b in aut.blocks], default=1)
-    ids_l, key_l = [], []
-    for k, blk in enumerate(aut.blocks):    # all blocks at once: one scatter of (block, sub-state)
-        sel = np.flatnonzero(far(blk, sigs[blk.vt.name].reach, dev))
-        ids_l.append(blk.base + sel)
-        key_l.append(k * Qm + blk.qs[sel])
-    ids = np.concatenate(ids_l) if ids_l else np.zeros(0, dtype=np.int64)
-    if not len(ids):
-        return
-    key = np.concatenate(key_l)
-    first = _min_per_key(key, ids, len(aut.blocks) * Qm)[key]               # [far cells] the first of its kind
-    state_row[torch.from_numpy(ids).to(dev)] = state_row.index_select(0, torch.from_numpy(first).to(dev))
+    ids_l, src_l = [], []
+    for name, shapes in shapes_of.items():
+        for js in shapes.values():          # blocks of one shape have the same far cells (far_mask)
+            blks = [aut.blocks[blocks_of[name][j]] for j in js]
+            at = np.flatnonzero(far(blks[0], sigs[name].reach, dev))             # [F] offsets of far cells
+            if not at.size:
+                continue
+            q = blks[0].qs[at]
+            first = _min_per_key(q, at, int(q.max()) + 1)[q]                    # [F] the first of its kind
+            bases = np.array([blk.base for blk in blks], dtype=np.int64)[:, None]
+            ids_l.append((bases + at).reshape(-1))
+            src_l.append((bases + first).reshape(-1))
+    if ids_l:
+        ids, src = (torch.from_numpy(np.concatenate(x)).to(dev) for x in (ids_l, src_l))
+        state_row[ids] = state_row.index_select(0, src)
 
 
 def _prune_dead_ends(table: torch.Tensor, class_size: torch.Tensor, final_states) -> torch.Tensor:
