@@ -79,14 +79,34 @@ def is_body_byte(b: int) -> bool:
 
 
 # --- typed grammar nodes (see the module docstring) ---------------------------------------------------
+class _HashOnce:
+    """A composite node's hash, computed once: trees are deduplicated in sets (schema_nodes.alt) and
+    hash-consed (nfa.py), and a dataclass hash would walk the whole subtree at every level. Not pickled:
+    a hash of bytes differs from one process to the next."""
+
+    def __hash__(self):
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((type(self).__name__,) + tuple(getattr(self, f) for f in self.__dataclass_fields__))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+
 @dataclass(frozen=True)
-class Seq:
+class Seq(_HashOnce):
     items: tuple
 
+    __hash__ = _HashOnce.__hash__
+
 
 @dataclass(frozen=True)
-class Alt:
+class Alt(_HashOnce):
     options: tuple
+
+    __hash__ = _HashOnce.__hash__
 
 
 @dataclass(frozen=True)
@@ -102,10 +122,12 @@ class ByteSet:
 
 
 @dataclass(frozen=True)
-class Repeat:
+class Repeat(_HashOnce):
     item: object
     min: int
     max: int
+
+    __hash__ = _HashOnce.__hash__
 
 
 @dataclass(frozen=True)

@@ -149,11 +149,25 @@ class _Subsets:
 
         starts = [target(nfa.closure(s)) for s in self.starts]
         exit_edges: dict[int, list] = {}
+        trans, elem_moves, index_get, add = self._trans, self.elem_moves, index.get, cls_edges.append
         while queue:
             what, i = queue.popleft()
             if what == "state":
-                for c, tgt in self.set_moves(states[i]):
-                    cls_edges.append((i, c, target(tgt)))
+                elems = states[i]
+                e0 = elems[0]
+                if len(elems) == 1 and type(e0) is int:          # one byte set (most states): its moves
+                    moves = trans.get(e0)
+                    if moves is None:
+                        moves = elem_moves(e0)
+                else:
+                    moves = self.set_moves(elems)
+                for c, tgt in moves:
+                    t0 = tgt[0]
+                    if len(tgt) == 1 and type(t0) is int:         # a lone byte set met before: its state
+                        j = index_get(t0)
+                        add((i, c, j if j is not None else target(tgt)))
+                    else:
+                        add((i, c, target(tgt)))
             else:
                 moves = self.set_moves(nfa.closure(nfa.next[i]))
                 exit_edges[i] = [(c, target(tgt)) for c, tgt in moves]
@@ -188,7 +202,7 @@ class _Subsets:
         e = np.zeros((len(cls_edges), 3), dtype=np.int64)
         if cls_edges:                          # column by column: numpy converts a flat tuple of ints fast
             src_of, cls_of, tgt_of = zip(*cls_edges)
-            e[:, 0], e[:, 1], e[:, 2] = src_of, cls_of, [resolve(t) for t in tgt_of]
+            e[:, 0], e[:, 1], e[:, 2] = src_of, cls_of, [t if type(t) is int else resolve(t) for t in tgt_of]
         reps = size[e[:, 1]]
         k = np.repeat(np.arange(len(e)), reps)
         rank = np.arange(len(k)) - np.repeat(np.cumsum(reps) - reps, reps)

@@ -13,6 +13,8 @@ difference: U+007F is written \\u007f, as every string body here (JsonStr) write
 """
 from __future__ import annotations
 
+import json
+from collections import OrderedDict
 from dataclasses import replace
 
 from .grammar import Node
@@ -36,6 +38,40 @@ __all__ = ["ANNOTATIONS", "SchemaError", "SchemaOptions", "canonical_schema", "j
 
 # --- the walk ---------------------------------------------------------------------------------------
 def _build(schema, ptr: str, ctx: Ctx) -> Node:
+    """The node of `schema` at `ptr`; a subschema met before (the same JSON, options, separators and
+    depth, no $ref in play) is the node built then: tool sets repeat their parameters' schemas."""
+    key = _memo_key(schema, ctx)
+    if key is not None:
+        got = _BUILT.get(key)
+        if got is not None:
+            _BUILT.move_to_end(key)
+            return got
+    node = _build_new(schema, ptr, ctx)
+    if key is not None:
+        _BUILT[key] = node
+        while len(_BUILT) > BUILT_KEPT:
+            _BUILT.popitem(last=False)
+    return node
+
+
+BUILT_KEPT = 4096
+_BUILT: OrderedDict = OrderedDict()
+
+
+def _memo_key(schema, ctx: Ctx):
+    """What a subschema's node depends on, or None where it may depend on more (a $ref: the root)."""
+    if ctx.refs or not isinstance(schema, dict):
+        return None
+    try:
+        text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+    if '"$ref"' in text:
+        return None
+    return text, ctx.options, ctx.item_sep, ctx.key_sep, ctx.depth
+
+
+def _build_new(schema, ptr: str, ctx: Ctx) -> Node:
     if schema is True:
         ctx.fail(ptr, "the schema true (any value) is not supported: values must be bounded; give a type")
     if schema is False:

@@ -180,7 +180,11 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     final[done] = True
     row_final = torch.zeros(row_next.shape[0], dtype=torch.bool, device=dev)
     row_final[state_row[final]] = True
-    assert torch.equal(row_final[state_row], final), "accepting is a property of the row (its stop moves)"
+    # accepting is a property of the row (its stop moves): no other state may share an accepting state's row.
+    # Block cells are never accepting, and a far cell has the row of a computed one: checking the explicit
+    # states and the computed cells checks them all.
+    seen = torch.cat([explicit, value_ids, torch.tensor([done], device=dev)])
+    assert torch.equal(row_final[state_row[seen]], final[seen]), "accepting is a property of the row"
     return dict(token_class=token_class, state_row=state_row, row_next=row_next, row_legal=row_legal,
                 row_final=row_final, targets=targets, done_state=done)
 
