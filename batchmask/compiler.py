@@ -114,7 +114,8 @@ def _compile(node, tokenizer, utf8, key, dev, automaton=None) -> CompiledGrammar
     meta = {"format": CACHE_FORMAT, "key": key, "utf8": bool(utf8), "vocab_hash": prep.vocab_hash,
             "vocab_size": V, "stop_ids": list(prep.stop_ids)}            # + the tree as JSON, when saved
     g = CompiledGrammar(t["token_class"].to(torch.int32), t["state_row"].to(store), row_next.to(store),
-                        t["row_legal"], t["row_final"], t["targets"].to(torch.int32), aut.start, eos_id,
+                        t["row_legal"], t["row_final"], t["targets"].to(torch.int32),
+                        t["segment_start"].to(torch.int32), t["segment_base"].to(torch.int32), aut.start, eos_id,
                         t["done_state"],
                         list(tokenizer.token_bytes), meta, aut, stop_ids=prep.stop_ids, starts=aut.starts)
     g.node = node
@@ -160,21 +161,25 @@ class CompiledGrammar:
         row_legal    int32 [R]       how many token ids are legal in a state of each row
         row_final    bool  [R]       the value is complete: every stop id is legal (and leads to done)
         targets      int32 [T]       the states absolute codes name
+        segment_start int32 [G], segment_base int32 [G]   where each state's absolute codes start in
+                                     targets (next_codes.py: explicit states at 0, each value block its exits)
     legal_count [S] and final [S] are those per state (row_legal[state_row], row_final[state_row]).
 
-    next_state(s, t) = decode_next(row_next[state_row[s], token_class[t]], s, targets).
+    next_state(s, t) = decode_next(row_next[state_row[s], token_class[t]], s, targets, segments).
     `class_next` materialises the plain [S, C] table of next states (-1 illegal) on demand.
     `done_state` follows a stop token; there only `eos_id` is legal, back to itself.
     """
 
-    def __init__(self, token_class, state_row, row_next, row_legal, row_final, targets, start, eos_id, done_state,
-                 token_bytes, meta, automaton, stop_ids=None, starts=None):
+    def __init__(self, token_class, state_row, row_next, row_legal, row_final, targets, segment_start, segment_base,
+                 start, eos_id, done_state, token_bytes, meta, automaton, stop_ids=None, starts=None):
         self.token_class = token_class          # int32 [V]
         self.state_row = state_row              # int16/int32 [S]
         self.row_next = row_next                # int16/int32 [R, C]
         self.row_legal = row_legal              # int32 [R]
         self.row_final = row_final              # bool [R]
         self.targets = targets                  # int32 [T]
+        self.segment_start = segment_start      # int32 [G]
+        self.segment_base = segment_base        # int32 [G]
         self.start = int(start)
         self.starts = [int(s) for s in starts] if starts else [self.start]   # one per grammar compiled together
         self.eos_id = int(eos_id)
@@ -232,8 +237,8 @@ class CompiledGrammar:
         """int32 [S, C]: the unfactored table of next states (-1 illegal), built on first use."""
         if self._class_next is None:
             states = torch.arange(self.num_states, device=self.device)[:, None]
-            self._class_next = decode_next(self.row_next[self.state_row.long()], states,
-                                           self.targets).to(torch.int32)
+            self._class_next = decode_next(self.row_next[self.state_row.long()], states, self.targets,
+                                           self.segment_start, self.segment_base).to(torch.int32)
         return self._class_next
 
     def to(self, device) -> CompiledGrammar:
@@ -256,7 +261,8 @@ class CompiledGrammar:
         t = torch.as_tensor(tokens, device=self.device).long()
         in_vocab = (t >= 0) & (t < self.vocab_size)
         cls = self.token_class[t.clamp(0, self.vocab_size - 1)].long()
-        nxt = decode_next(self.row_next[self.state_row[s].long(), cls], s, self.targets)
+        nxt = decode_next(self.row_next[self.state_row[s].long(), cls], s, self.targets, self.segment_start,
+                          self.segment_base)
         return torch.where(in_vocab, nxt, torch.full_like(nxt, -1))
 
     def allowed(self, states) -> torch.Tensor:

@@ -20,8 +20,10 @@ import torch
 from .grammar import Alt, ByteSet, JsonStr, Lit, Repeat, Seq, Str, Word
 from .tokensim import hash_vocab
 
-CACHE_FORMAT = "batchmask-grammar/4"      # 4: absolute codes index a target list; legal count and final per row
-TABLES = ("token_class", "state_row", "row_next", "row_legal", "row_final", "targets")
+CACHE_FORMAT = "batchmask-grammar/5"      # 4: absolute codes index a target list; legal count and final per row
+#                                           5: ... from the base of the state's segment (value blocks share rows)
+TABLES = ("token_class", "state_row", "row_next", "row_legal", "row_final", "targets", "segment_start",
+          "segment_base")
 
 
 class GrammarCacheError(ValueError):
@@ -143,12 +145,16 @@ def check_tables(path, payload: dict, vocab_size: int) -> dict:
     try:
         t = {k: payload[k] for k in TABLES}
         S, (R, C), T = t["state_row"].shape[0], t["row_next"].shape, t["targets"].numel()
+        start, base = t["segment_start"], t["segment_base"]
         ok = (t["token_class"].shape == (vocab_size,) and t["row_legal"].shape == (R,)
               and t["row_final"].shape == (R,) and t["targets"].dim() == 1
               and 0 <= int(t["token_class"].min()) and int(t["token_class"].max()) < C
               and 0 <= int(t["state_row"].min()) and int(t["state_row"].max()) < R
               and int(t["row_next"].max()) < T and (T == 0 or 0 <= int(t["targets"].min()))
-              and (T == 0 or int(t["targets"].max()) < S))
+              and (T == 0 or int(t["targets"].max()) < S)
+              and start.dim() == 1 and start.shape == base.shape and start.numel() >= 1 and int(start[0]) == 0
+              and bool((start[1:] > start[:-1]).all()) and int(start[-1]) < S
+              and 0 <= int(base.min()) and int(base.max()) <= T)
     except (KeyError, AttributeError, ValueError, RuntimeError, TypeError):
         ok = False
     if not ok:

@@ -4,7 +4,7 @@
     BatchMasker(table, B).reset(rows, starts=...)   each row starts (and stays) inside its own grammar
 
 The masker and kernels read the combined table unchanged: it is one more factored table
-(token_class [V], state_row [S], row_next [R, C], targets [T]) whose state space is the grammars' state spaces
+(token_class [V], state_row [S], row_next [R, C], targets [T], segments [G]) whose state space is the grammars' state spaces
 side by side. How it is built, without a loop over tokens or states:
 
   * joint token classes: two tokens share a column iff they share a class in every grammar
@@ -13,13 +13,14 @@ side by side. How it is built, without a loop over tokens or states:
   * states: grammar g's states 0..S_g-2 land at offset O_g; the done states (the compiler puts done
     last, and after a stop id every grammar's done row is the same: only eos, back to done) merge
     into one shared done state D at the end, so the kernels' single `done_state` holds;
-  * codes (batchmask/next_codes.py): the target lists are joined (grammar g's targets move by O_g,
-    done_g -> D, stored once) and absolute codes (>= 0) move by where g's list starts; relative codes
-    (<= -2) and -1 are unchanged, since they only ever name a state of their own grammar;
+  * codes (batchmask/next_codes.py) are unchanged: the target lists are joined (grammar g's targets
+    move by O_g, done_g -> D) and the bases of g's target segments move by where g's list starts, so an
+    absolute code reads the same target as before; relative codes (<= -2) and -1 only ever name a state
+    of their own grammar; D reads as grammar 0's done state;
   * rows: grammar g's rows re-indexed and re-coded, stacked, and equal rows stored once: the compiler
     made the forward moves of rows one state uses relative, so the many rows that behave alike in
     several grammars (the same tool's arguments, like values) do not differ by where their grammar
-    sits, and are stored once.
+    sits (nor by where a value's end leads, with segments), and are stored once.
 
 `combine([g])` is `g` itself: a single grammar costs nothing. Host-side queries (finish_bytes,
 finish_text, describe) go to the grammar owning the state.
@@ -95,6 +96,11 @@ def _check_compatible(grammars: list) -> None:
                                   f"{g.done_state}, start {g.start}, {g.num_states} states; done must be last)")
 
 
+def _segment_of(g, state: int) -> int:
+    """The index of the target segment holding `state`."""
+    return bisect.bisect_right(g.segment_start.tolist(), int(state)) - 1
+
+
 def _share_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Store equal rows once: (row id of each input row [N], the distinct rows [R, C]), numbered by first use.
 
@@ -149,40 +155,47 @@ class GrammarSet(CompiledGrammar):
         for n in sizes[:-1]:
             offsets.append(offsets[-1] + n)
         done = offsets[-1] + sizes[-1]
-        # each grammar's rows, re-indexed by the joint classes, its absolute codes moved past the grammars
-        # before it in one target list, written into one buffer (int32, then int16 if it fits)
+        # each grammar's rows, re-indexed by the joint classes, written into one buffer (int32, then int16 if it
+        # fits); codes unchanged: grammar g's target list moves past the lists before it, and so do the bases
+        # of its segments (next_codes.py), so its absolute codes read the same states as before
         row_base, target_base = [0], [0]
         for g in grammars:
             row_base.append(row_base[-1] + g.num_rows)
             target_base.append(target_base[-1] + g.targets.numel())
         rows = torch.empty((row_base[-1], len(rep)), dtype=torch.int32, device=dev)           # [sum R_g, C]
-        for g, base, tbase in zip(grammars, row_base, target_base):
-            r = rows[base:base + g.num_rows]
-            r.copy_(g.row_next.index_select(1, g.token_class.to(torch.int64).index_select(0, rep)))
-            r.add_((r >= 0).to(torch.int32) * tbase)
+        for g, base in zip(grammars, row_base):
+            rows[base:base + g.num_rows].copy_(g.row_next.index_select(1, g.token_class.to(torch.int64)
+                                                                         .index_select(0, rep)))
         targets = torch.cat([torch.where(g.targets == g.done_state, done, g.targets.to(torch.int64) + off)
                              for g, off in zip(grammars, offsets)])                         # [sum T_g]
-        targets, inverse = torch.unique(targets, return_inverse=True)    # the done state once
-        rows = torch.where(rows >= 0, inverse.to(torch.int32).index_select(0, rows.clamp(min=0).view(-1))
-                           .view_as(rows), rows)
+        seg_start, seg_base = [], []
+        for g, off, tbase in zip(grammars, offsets, target_base):
+            keep = g.segment_start.to(torch.int64) < g.done_state      # its done state is the shared one
+            seg_start.append(g.segment_start.to(torch.int64)[keep] + off)
+            seg_base.append(g.segment_base.to(torch.int64)[keep] + tbase)
+        g0_done = _segment_of(g0, g0.done_state)
+        seg_start.append(torch.tensor([done], device=dev))                 # the shared done state reads as g0's
+        seg_base.append(torch.tensor([int(g0.segment_base[g0_done])], device=dev))
         row_id, row_next = _share_rows(rows)
         row_legal = torch.empty(row_next.shape[0], dtype=torch.int32, device=dev)
         row_final = torch.empty(row_next.shape[0], dtype=torch.bool, device=dev)
         row_legal[row_id] = torch.cat([g.row_legal.to(torch.int32) for g in grammars])      # equal rows: equal
         row_final[row_id] = torch.cat([g.row_final for g in grammars])
-        parts, done_rows = [], set()
+        parts, done_legal = [], set()
         for g, base in zip(grammars, row_base):
             sr = row_id.index_select(0, g.state_row.to(torch.int64) + base)                  # [S_g]
             parts.append(sr[:-1])
-            done_rows.add(int(sr[-1]))
-        if len(done_rows) != 1:
+            done_legal.add(tuple(torch.nonzero(row_next[int(sr[-1])] != -1).flatten().tolist()))
+        if len(done_legal) != 1:
             raise GrammarSetError("combine: the grammars' done states differ (another stop rule?)")
-        state_row = torch.cat(parts + [torch.tensor(sorted(done_rows), device=dev)])         # [S]
+        done_row = row_id[int(g0.state_row[-1]) + row_base[0]].reshape(1)
+        state_row = torch.cat(parts + [done_row])                                             # [S]
         meta = {"format": "batchmask-grammar-set", "vocab_hash": (g0.meta or {}).get("vocab_hash"),
                 "grammars": [g.meta for g in grammars]}
         width = table_dtype(row_next)
         super().__init__(joint.to(torch.int32), state_row.to(width), row_next.to(width),
-                         row_legal, row_final, targets.to(torch.int32), offsets[0] + g0.start, g0.eos_id, done,
+                         row_legal, row_final, targets.to(torch.int32), torch.cat(seg_start).to(torch.int32),
+                         torch.cat(seg_base).to(torch.int32), offsets[0] + g0.start, g0.eos_id, done,
                          g0.token_bytes, meta, None, stop_ids=g0.stop_ids)
         self.state_offset = offsets
         self.grammar_starts = [[off + s for s in g.starts] for g, off in zip(grammars, offsets)]

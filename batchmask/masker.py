@@ -26,6 +26,7 @@ import torch
 
 from batchmask.kernels import choose_cpu, mask_cpu, mask_torch
 from batchmask.kernels.tables import Rows, Tables, legal_counts, make_tables
+from batchmask.next_codes import SEGMENT_BITS, segment_bases
 
 LOGIT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -281,29 +282,56 @@ def _range(x: torch.Tensor) -> tuple[int, int]:
     return int(x.min()), int(x.max())
 
 
-def _highest_next(row_next: torch.Tensor, state_row: torch.Tensor, targets: torch.Tensor) -> tuple[int, int]:
-    """(highest absolute code, highest decoded next state) of a factored table: absolute codes name targets;
-    per state, its row's lowest relative code gives its furthest move (the target grows with the state).
-    O(R*C + S), never the decoded [S, C] (a combined table of many grammars has a million states). On the CPU
-    the rows' minima and the maximum come from one read of row_next, a block of rows at a time while it is in
-    cache (two full reductions cost twice the memory traffic; torch's fused aminmax was slower still)."""
+def _highest_next(row_next: torch.Tensor, state_row: torch.Tensor, targets: torch.Tensor, seg_start: torch.Tensor,
+                  seg_base: torch.Tensor) -> tuple[int, int]:
+    """(highest index an absolute code reads from the target list, highest decoded next state) of a factored
+    table: absolute codes read the list from their state's segment base; per state, its row's lowest relative
+    code gives its furthest move (the target grows with the state). O(R*C + S), never the decoded [S, C] (a
+    combined table of many grammars has a million states). On the CPU the rows' minima and maxima come from one
+    read of row_next, a block of rows at a time while it is in cache."""
     top = int(targets.max()) if targets.numel() else -1
+    S = state_row.numel()
     if row_next.device.type != "cpu":
-        row_lo = row_next.amin(1).long().index_select(0, state_row.long())  # [S]
-        states = torch.arange(state_row.numel(), device=row_next.device)
+        row_lo, row_hi = (x.long().index_select(0, state_row.long()) for x in row_next.aminmax(dim=1))   # [S]
+        states = torch.arange(S, device=row_next.device)
         jump = torch.where(row_lo <= -2, states - 2 - row_lo, -1)  # [S]
-        return int(row_next.amax()), max(top, int(jump.max()))
+        base = segment_bases(states, seg_start, seg_base)
+        read = torch.where(row_hi >= 0, row_hi + base, -1)
+        return int(read.max()), max(top, int(jump.max()))
     a = row_next.numpy()
     lo = np.empty(a.shape[0], dtype=a.dtype)  # [R]
-    hi = -1
+    hi = np.empty(a.shape[0], dtype=a.dtype)  # [R]
     step = max(1, (1 << 18) // max(1, a.shape[1]))  # rows per block: ~1 MB of int32
     for r in range(0, a.shape[0], step):
         block = a[r:r + step]
         np.min(block, axis=1, out=lo[r:r + step])
-        hi = max(hi, int(block.max()))
-    lo_s = lo[state_row.numpy()].astype(np.int64)  # [S]
+        np.max(block, axis=1, out=hi[r:r + step])
+    sr = state_row.numpy()
+    lo_s = lo[sr].astype(np.int64)  # [S]
     jump = np.where(lo_s <= -2, np.arange(lo_s.size) - 2 - lo_s, -1)  # [S]
-    return hi, max(top, int(jump.max()))
+    seg_hi = np.maximum.reduceat(hi[sr].astype(np.int64), seg_start.numpy().astype(np.int64))     # [G]
+    read = np.where(seg_hi >= 0, seg_hi + seg_base.numpy(), -1)
+    return int(read.max()), max(top, int(jump.max()))
+
+
+def _segments(grammar, device, S: int, T: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The grammar's target segments on the device (one at 0 where it has none), checked."""
+    start, base = getattr(grammar, "segment_start", None), getattr(grammar, "segment_base", None)
+    if start is None:
+        start = base = torch.zeros(1, dtype=torch.int32)
+    start = start.to(device=device, dtype=torch.int32).contiguous()
+    base = base.to(device=device, dtype=torch.int32).contiguous()
+    G = start.numel()
+    if start.dim() != 1 or base.shape != start.shape or not 1 <= G <= (1 << SEGMENT_BITS):
+        raise GrammarTableError(f"segment_start and segment_base must be 1-D of one length in [1, 2^{SEGMENT_BITS}], "
+                                f"got shapes {list(start.shape)} and {list(base.shape)}")
+    lo, hi = _range(start)
+    if int(start[0]) != 0 or hi >= S or (G > 1 and not bool((start[1:] > start[:-1]).all())):
+        raise GrammarTableError(f"segment_start must rise from 0 and stay below S = {S}")
+    lo, hi = _range(base)
+    if lo < 0 or hi > T:
+        raise GrammarTableError(f"segment_base values must be in [0, {T}] (the target list), got [{lo}, {hi}]")
+    return start, base
 
 
 def _device_tables(grammar, device: torch.device) -> Tables:
@@ -345,10 +373,11 @@ def _device_tables(grammar, device: torch.device) -> Tables:
             raise GrammarTableError(f"state_row must be [{S}] with values in [0, {R})")
         if targets.dim() != 1 or (targets.numel() and int(targets.min()) < 0):
             raise GrammarTableError(f"targets must be a 1-D list of states, got shape {list(targets.shape)}")
-        top_code, hi = _highest_next(row_next, state_row, targets)
+        seg_start, seg_base = _segments(grammar, device, S, targets.numel())
+        top_code, hi = _highest_next(row_next, state_row, targets, seg_start, seg_base)
         if top_code >= targets.numel():
-            raise GrammarTableError(f"row_next absolute codes must be in [0, {targets.numel()}) (the target "
-                                    f"list), got {top_code}")
+            raise GrammarTableError(f"row_next absolute codes must read the target list inside [0, {targets.numel()}) "
+                                    f"(from their state's segment base), got {top_code}")
         lo = -1  # decoded codes are >= -1
     else:
         lo, hi = _range(row_next)
@@ -366,7 +395,8 @@ def _device_tables(grammar, device: torch.device) -> Tables:
     width = row_next.dtype if R <= 32767 or row_next.dtype == torch.int32 else torch.int32
     row_next, state_row = row_next.to(width).contiguous(), state_row.to(width).contiguous()  # one table width
     return make_tables(token_class, None, None, int(grammar.done_state), int(grammar.eos_id), state_row=state_row,
-                       row_next=row_next, row_legal=row_legal, targets=targets)
+                       row_next=row_next, row_legal=row_legal, targets=targets, segment_start=seg_start,
+                       segment_base=seg_base)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -122,11 +122,12 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     ex_n = torch.cat([nxt[sel], torch.full((len(acc_rows) * len(stop_classes),), done, device=dev)])
     eos_class = token_class[prep.eos_id].reshape(1)        # in `done` only eos is legal; it stays there
 
-    def value_part(far_fn):
-        return _value_rows(aut, sigs, after_ev, blocks_of, shapes_of, value_rep, far_fn, dev)
+    def value_part(far_fn, segments):
+        return _value_rows(aut, sigs, after_ev, blocks_of, shapes_of, value_rep, far_fn, dev, segments)
 
-    value_ids, codes = value_part(far)                                                 # [Nk, Cv]
+    value_ids, which, codes = value_part(far, True)                                    # [Nk], [Nk], [M, Cv]
     v_row, v_uniq = classes_of(codes)                                                  # equal cell rows once
+    v_row = v_row.index_select(0, which)                                               # [Nk]
     vcodes = codes.index_select(0, v_uniq)                                             # [Rv, Cv]
     # every class has a token (dense ids), so a row is dead iff it has no legal entry
     dead = (E > 0 and bool((torch.bincount(ex_r, minlength=E) == 0).any())) or \
@@ -135,13 +136,13 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     if not bool(dead):
         s = explicit.index_select(0, ex_r)
         ex_code = torch.where(_forward(ex_n, s, done), encode_relative(ex_n, s), ex_n)
-        # the target list from the few absolute moves
-        targets = torch.unique(torch.cat([ex_code[ex_code >= 0], vcodes[vcodes >= 0].long(),
-                                          torch.tensor([done], device=dev)]))
+        # the target list: the explicit states' few absolute moves, then every block's exits (segments)
+        explicit_targets = torch.unique(torch.cat([ex_code[ex_code >= 0], torch.tensor([done], device=dev)]))
+        targets, seg_start, seg_base = _segments(aut, after_ev, blocks_of, explicit_targets, done, dev)
         # rows: the explicit states' (sparse), `done`'s (sparse, row E), the block cells' (dense on value classes)
         parts = RowParts(E + 1, torch.cat([ex_r, torch.tensor([E], device=dev)]), torch.cat([ex_c, eos_class]),
-                         index_targets(torch.cat([ex_code, torch.tensor([done], device=dev)]), targets),
-                         index_targets(vcodes, targets), spread, C)
+                         index_targets(torch.cat([ex_code, torch.tensor([done], device=dev)]), explicit_targets),
+                         vcodes, spread, C)
         row_of = parts.row_classes()
         state_row[explicit] = row_of[:E]
         state_row[done] = row_of[E]
@@ -149,7 +150,8 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
         _share_far(aut, state_row, far, sigs, blocks_of, shapes_of)
     else:
         # Some state has no way out (a vocabulary without some bytes): prune on the full table.
-        value_ids, codes = value_part(lambda blk, n, d: far(blk, None, d))
+        value_ids, which, codes = value_part(lambda blk, n, d: far(blk, None, d), False)
+        codes = codes.index_select(0, which)                                           # [Nk, Cv]
         within = codes <= -2                                                           # relative: stays inside
         full = torch.full((S + 1, C), -1, dtype=torch.int32, device=dev)
         full[explicit[ex_r], ex_c] = ex_n.to(torch.int32)
@@ -169,6 +171,7 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
         parts = RowParts(0, empty, empty, empty, codes.index_select(0, uniq).to(torch.int32),
                          torch.arange(C, device=dev), C)
         state_row = parts.row_classes().index_select(0, state_row)        # the rows are distinct already
+        seg_start = seg_base = torch.zeros(1, dtype=torch.int64, device=dev)           # one segment: plain
     assert int(state_row.min()) >= 0, "every state has a row"
     # Number rows by first use and write the table in that order, its equal columns merged and numbered by
     # first use too (keys are sufficient, not necessary), so equal grammars give equal tables whatever the
@@ -186,7 +189,8 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     seen = torch.cat([explicit, value_ids, torch.tensor([done], device=dev)])
     assert torch.equal(row_final[state_row[seen]], final[seen]), "accepting is a property of the row"
     return dict(token_class=token_class, state_row=state_row, row_next=row_next, row_legal=row_legal,
-                row_final=row_final, targets=targets, done_state=done)
+                row_final=row_final, targets=targets, segment_start=seg_start, segment_base=seg_base,
+                done_state=done)
 
 
 # An explicit state's forward moves (not to `done`) are stored relative when they reach no further than
@@ -213,19 +217,23 @@ def _once(far):
     return far_once
 
 
-def _value_rows(aut, sigs, after_ev, blocks_of, shapes_of, rep, far, dev):
+def _value_rows(aut, sigs, after_ev, blocks_of, shapes_of, rep, far, dev, segments: bool):
     """Next-state codes from block cells for the C class representatives.
 
-    Returns (state ids [N], codes int32 [N, C]): a move that stays inside the value is relative (the
-    only ones whose target is a fixed shift of the state), others are the next state, -1 illegal.
-    Blocks of one value type with the same bounds have the same cells, and their rows differ only where
-    a token ends the value (each block leads somewhere else): so the cells' rows are worked out once per
-    shape (_shapes) with the value's ending events left open, then every block of the shape fills in its
-    own next states (one gather). Far cells (see far_mask) are represented by the first of them per
-    sub-state; the rest share its row (_share_far).
+    Returns (state ids [N] of the cells computed, their row [N] in `codes`, codes int32 [M, C]): a move that
+    stays inside the value is relative (the only ones whose target is a fixed shift of the state), -1 is
+    illegal, and a token that ends the value has an absolute code: with `segments`, the index of its ending
+    event in the block's exits (read from the block's own segment of the target list, next_codes.py), else
+    the next state itself. Blocks of one value type with the same bounds have the same cells (_shapes), so
+    their rows are worked out once per shape with the ending events left open; then with `segments` every
+    pattern of legal exits among the shape's blocks gives one set of rows, shared by the blocks with that
+    pattern (wherever their exits lead), and without, every block fills in its own next states (one gather).
+    Far cells (see far_mask) are represented by the first of them per sub-state; the rest share its row
+    (_share_far).
     """
     C = len(rep)
-    ids_out, rows = [], []
+    ids_out, which, rows = [], [], []
+    made = 0
     for name, ks in blocks_of.items():
         vt = aut.blocks[ks[0]].vt.on(dev)
         Q, sig = vt.num_substates, sigs[name]
@@ -238,20 +246,60 @@ def _value_rows(aut, sigs, after_ev, blocks_of, shapes_of, rep, far, dev):
             grid = grid.to(torch.int32)
             bases = torch.as_tensor([aut.blocks[ks[j]].base for j in js], device=dev)
             exits = aft.index_select(0, torch.as_tensor(js, device=dev))                 # [b, E + 1]
+            if segments:                    # the blocks' patterns of legal exits: [P, E + 1], pattern of each
+                patterns, pattern_of = torch.unique(exits >= 0, dim=0, return_inverse=True)
+                sources = patterns.to(torch.int32)
+            else:
+                sources, pattern_of = exits, torch.arange(len(js), device=dev)
+            P, n = len(sources), len(sel)
+            cells = torch.from_numpy(sel).to(dev)
+            ids_out.append((bases[:, None] + cells).view(-1))                      # [b * n], block-major
+            which.append((made + pattern_of[:, None] * n + torch.arange(n, device=dev)).view(-1))
+            out = torch.empty((P, n, C), dtype=torch.int32, device=dev)            # rows made: pattern-major
             cstep = max(1, CELL_ENTRIES // max(1, C))
-            for c0 in range(0, len(sel), cstep):          # cells in chunks, then blocks in chunks: the
-                cut = torch.from_numpy(sel[c0:c0 + cstep]).to(dev)   # [cells, C] temporaries stay in cache
+            for c0 in range(0, n, cstep):                 # cells in chunks, then patterns in chunks: the
+                cut = cells[c0:c0 + cstep]                # [cells, C] temporaries stay in cache
                 qs, ns = blk_q(blk, cut), blk_n(blk, cut)
                 code, ev = _cell_rows(vt, per_q, qs, (blk.max - ns).to(torch.int32), (blk.min - ns).to(torch.int32),
                                       (ns * Q).to(torch.int32), cut, grid)
                 bstep = max(1, CELL_ENTRIES // max(1, code.numel()))
-                for b0 in range(0, len(js), bstep):
-                    out = exits[b0:b0 + bstep].index_select(1, ev.view(-1)).view(-1, *ev.shape)   # [b, n, C]
-                    rows.append(torch.where(out >= 0, out, code).view(-1, C))
-                    ids_out.append((bases[b0:b0 + bstep, None] + cut).view(-1))
+                for b0 in range(0, P, bstep):
+                    got = sources[b0:b0 + bstep].index_select(1, ev.view(-1)).view(-1, *ev.shape)   # [p, cells, C]
+                    if segments:          # a legal exit: its event's index in the block's exits
+                        got = torch.where(got > 0, ev.to(torch.int32), -1)
+                    out[b0:b0 + bstep, c0:c0 + cstep] = torch.where(got >= 0, got, code)
+            rows.append(out.view(-1, C))
+            made += P * n
     if not rows:
-        return torch.empty(0, dtype=torch.int64, device=dev), torch.empty((0, C), dtype=torch.int32, device=dev)
-    return torch.cat(ids_out), torch.cat(rows)
+        z = torch.empty(0, dtype=torch.int64, device=dev)
+        return z, z, torch.empty((0, C), dtype=torch.int32, device=dev)
+    return torch.cat(ids_out), torch.cat(which), torch.cat(rows)
+
+
+def _segments(aut, after_ev, blocks_of, explicit_targets: torch.Tensor, done: int, dev):
+    """The target list and its segments (next_codes.py): explicit states (and `done`) read `explicit_targets`
+    from 0; each block's cells read its exits (E states, one per ending event of its type; an illegal exit
+    holds state 0, never read) from a base of their own. Returns (targets, segment_start, segment_base)."""
+    exits_of = {}
+    for name, ks in blocks_of.items():
+        for j, k in enumerate(ks):
+            exits_of[k] = after_ev[name][j]
+    lists, start, base = [explicit_targets], [0], [0]
+    at = explicit_targets.numel()
+    order = sorted(range(len(aut.blocks)), key=lambda k: aut.blocks[k].base)
+    for i, k in enumerate(order):
+        blk = aut.blocks[k]
+        ex = exits_of[k].clamp(min=0)
+        start.append(blk.base)
+        base.append(at)
+        lists.append(ex)
+        at += ex.numel()
+        end = blk.base + blk.size
+        if i + 1 == len(order) or aut.blocks[order[i + 1]].base != end:
+            start.append(end)                          # explicit states (or done) after the block: from 0 again
+            base.append(0)
+    as_t = lambda x: torch.tensor(x, dtype=torch.int64, device=dev)   # noqa: E731
+    return torch.cat([x.long() for x in lists]), as_t(start), as_t(base)
 
 
 def blk_q(blk, cells: torch.Tensor) -> torch.Tensor:
@@ -263,12 +311,12 @@ def blk_n(blk, cells: torch.Tensor) -> torch.Tensor:
 
 
 def _shapes(aut, ks) -> dict:
-    """Blocks ks (of one value type) grouped by shape, bounds and cell layout: {key: [positions in ks]}."""
+    """Blocks ks (of one value type) grouped by shape: {(min, max): [positions in ks]}. A block's cells are
+    its type's layout for its cap numbered from its base (ValueType.cells), so the bounds are the shape."""
     out = {}
     for j, k in enumerate(ks):
         blk = aut.blocks[k]
-        key = (blk.min, blk.max, np.where(blk.grid >= 0, blk.grid - blk.base, -1).tobytes())
-        out.setdefault(key, []).append(j)
+        out.setdefault((blk.min, blk.max), []).append(j)
     return out
 
 

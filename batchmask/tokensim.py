@@ -41,6 +41,7 @@ class FlatVocab:
         lengths = np.fromiter(map(len, token_bytes), dtype=np.int64, count=len(token_bytes))
         joined = b"".join(token_bytes) + b"\0"                    # one pad byte: reads past a token stay in range
         self.flat_np = np.frombuffer(joined, dtype=np.uint8).astype(np.int64)                             # [N+1]
+        self.flat_u8 = np.frombuffer(joined, dtype=np.uint8)                                             # [N+1]
         self.flat = torch.from_numpy(self.flat_np).to(device)                                            # [N+1]
         self.lengths = torch.from_numpy(lengths).to(device)                                              # [V]
         self.offset = torch.cumsum(self.lengths, 0) - self.lengths                                       # [V]
@@ -202,15 +203,21 @@ def _run(steps: ByteSteps, vocab: FlatVocab, start: np.ndarray, tok: np.ndarray,
     ended = begin + pos >= end                       # nothing left to feed: stays where it is
     out[ended] = start[ended]
     live = np.flatnonzero(~ended & (start >= 0))
-    # live pairs, one column each: pair index, state, read pointer, end (one array: dropping pairs is one op)
-    st = np.stack([live, start[live], (begin + pos)[live], end[live]])
-    IDX, CUR, PTR, END = range(4)
-    while st.shape[1]:
-        st[CUR] = flat_delta[st[CUR] * K + steps.byte_class[vocab.flat_np[st[PTR]]]]
-        st[PTR] += 1
-        fin = st[PTR] >= st[END]
-        out[st[IDX, fin]] = st[CUR, fin]
-        st = st[:, ~fin & (st[CUR] >= 0)]
+    # live pairs: pair index, state, read pointer, bytes left (int32: the loop is memory-bound); the class of
+    # each vocabulary byte read through a 256-entry table
+    idx, cur = live.astype(np.int32), start[live].astype(np.int32)
+    ptr, left = (begin + pos)[live].astype(np.int64), (end - begin - pos)[live].astype(np.int32)
+    cls = steps.byte_class.astype(np.int32)
+    flat = vocab.flat_u8
+    while len(idx):
+        cur = flat_delta[cur * K + cls[flat[ptr]]]
+        ptr += 1
+        left -= 1
+        fin = left == 0
+        out[idx[fin]] = cur[fin]
+        go = ~fin & (cur >= 0)
+        if not go.all():
+            idx, cur, ptr, left = idx[go], cur[go], ptr[go], left[go]
     return out
 
 

@@ -65,7 +65,8 @@ def tool_sets(n: int, per_set: int, seed: int = 0) -> list[ToolRegistry]:
 def masker_bytes(m: BatchMasker) -> int:
     t = m.tables
     return sum(x.numel() * x.element_size() for x in (t.token_class, t.state_row, t.row_next, t.row_legal,
-                                                      t.targets, t.class_first_token))
+                                                      t.targets, t.segment_start, t.segment_base,
+                                                      t.class_first_token))
 
 
 def distinct_sets(n: int) -> list[ToolRegistry]:

@@ -34,10 +34,12 @@ def sides_of(t: Tables) -> ShortSides:
 
 
 def _np(t: Tables) -> tuple:
-    """(token_class, state_row, row_next, targets) as numpy views, kept on the tables."""
+    """(token_class, state_row, row_next, targets, segment_start, segment_base) as numpy views, kept on the
+    tables."""
     cached = getattr(t, "_np", None)
     if cached is None:
-        cached = t._np = tuple(x.numpy() for x in (t.token_class, t.state_row, t.row_next, t.targets))
+        cached = t._np = tuple(x.numpy() for x in (t.token_class, t.state_row, t.row_next, t.targets,
+                                                  t.segment_start, t.segment_base))
     return cached
 
 
@@ -134,13 +136,13 @@ def advance_(tokens: torch.Tensor, rows: Rows, t: Tables) -> None:
                                                                           rows.fault)):
         mask_torch.advance_(tokens, rows, t)
         return
-    token_class, state_row, row_next, targets = _np(t)[:4]
+    token_class, state_row, row_next, targets, segment_start, segment_base = _np(t)[:6]
     V, H = t.vocab_size, rows.history.shape[1]
     tok = tokens.numpy().astype(np.int64, copy=False)                    # [B]
     state, step = rows.state.numpy(), rows.step.numpy()                  # [B] int32 views
     clamped = np.clip(tok, 0, V - 1)
     code = row_next[state_row[state], token_class[clamped]].astype(np.int64)
-    nxt = decode_next_np(code, state, targets)
+    nxt = decode_next_np(code, state, targets, segment_start, segment_base)
     ok = (nxt >= 0) & (clamped == tok)
     moved = ok & (state != t.done_state)
     write = np.flatnonzero(moved & (step < H))

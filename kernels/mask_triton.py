@@ -4,7 +4,8 @@ Triton kernels for the batch masker: one launch masks, samples and advances the 
 Each kernel has a plain torch twin in `mask_torch.py` that it must equal (tests/test_kernels.py):
   mask      one program per (row, block of V'):  logits = -inf where row_next[state_row[state], token_class[v]] == -1
             (and where a legal logit is NaN)
-  advance   one program per block of rows:       state = decode(that code for the token, targets), fault on -1
+  advance   one program per block of rows:       state = decode(that code for the token, targets from the base of
+            the state's segment), fault on -1
   sample    one program per row: greedy scans V in tiles for the first legal maximum; sampled scans V once for
             each noise block's G (gumbel.py: logsumexp + Gumbel noise, kept in a [B, nb] scratch), then visits
             the best block and any other whose G could still win; then writes the token and advances the row
@@ -68,30 +69,47 @@ def _code(state_row_ptr, row_next_ptr, s, cls, C, mask):
 
 
 @triton.jit
-def _decode_next(code, s, targets_ptr):
+def _segment_base(s, seg_start_ptr, seg_base_ptr, n_seg):
+    # batchmask.next_codes.segment_bases: segment_base[k], k the last segment with segment_start[k] <= s
+    # (segment_start[0] = 0), by a branchless binary search of 20 halvings (next_codes.SEGMENT_BITS)
+    k = s * 0
+    half = k + 524288                                   # 2 ** (next_codes.SEGMENT_BITS - 1)
+    for _ in tl.static_range(20):
+        cand = k + half
+        inside = cand < n_seg
+        first = tl.load(seg_start_ptr + tl.where(inside, cand, 0), mask=inside, other=0)
+        k = tl.where(inside & (first <= s), cand, k)
+        half = half // 2
+    return tl.load(seg_base_ptr + k)
+
+
+@triton.jit
+def _decode_next(code, s, targets_ptr, seg_start_ptr, seg_base_ptr, n_seg):
     # batchmask.next_codes.decode_next, jitted (tests/test_kernels.py checks the two agree on every kind)
-    absolute = tl.load(targets_ptr + tl.maximum(code, 0), mask=code >= 0, other=0)
+    base = _segment_base(s, seg_start_ptr, seg_base_ptr, n_seg)
+    absolute = tl.load(targets_ptr + base + tl.maximum(code, 0), mask=code >= 0, other=0)
     return tl.where(code >= 0, absolute, tl.where(code == -1, -1, s - 2 - code))
 
 
 @triton.jit
-def _decode_kernel(codes_ptr, states_ptr, targets_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    # test hook: out[i] = _decode_next(codes[i], states[i], targets)
+def _decode_kernel(codes_ptr, states_ptr, targets_ptr, seg_start_ptr, seg_base_ptr, n_seg, out_ptr, n,
+                   BLOCK: tl.constexpr):
+    # test hook: out[i] = _decode_next(codes[i], states[i], targets, segments)
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     code = tl.load(codes_ptr + i, mask=i < n, other=-1)
-    tl.store(out_ptr + i, _decode_next(code, tl.load(states_ptr + i, mask=i < n, other=0), targets_ptr),
-             mask=i < n)
+    tl.store(out_ptr + i, _decode_next(code, tl.load(states_ptr + i, mask=i < n, other=0), targets_ptr,
+                                       seg_start_ptr, seg_base_ptr, n_seg), mask=i < n)
 
 
 @triton.jit
 def _advance_rows(row, tok, live, state_ptr, step_ptr, hist_ptr, fault_ptr, token_class_ptr, state_row_ptr,
-                  row_next_ptr, targets_ptr, V, C, H, done_state):
+                  row_next_ptr, targets_ptr, seg_start_ptr, seg_base_ptr, n_seg, V, C, H, done_state):
     # row: int32, tok: int64, live: bool -- all the same shape (a scalar or a block of rows)
     s = tl.load(state_ptr + row, mask=live, other=0)
     in_vocab = (tok >= 0) & (tok < V)  # a padded or negative id is illegal, never an out-of-bounds read
     cls = tl.load(token_class_ptr + tl.where(in_vocab, tok, 0), mask=live & in_vocab, other=0)
     code = _code(state_row_ptr, row_next_ptr, s, cls, C, live & in_vocab)
-    nxt = _decode_next(code, s, targets_ptr)
+    nxt = _decode_next(code, s, targets_ptr, seg_start_ptr, seg_base_ptr, n_seg)
     ok = nxt >= 0  # out-of-vocabulary ids read -1 above
     moved = ok & (s != done_state)  # a finished row repeating EOS adds nothing to its text
     step = tl.load(step_ptr + row, mask=live, other=0)
@@ -108,12 +126,13 @@ def _advance_rows(row, tok, live, state_ptr, step_ptr, hist_ptr, fault_ptr, toke
 
 @triton.jit
 def _advance_kernel(tokens_ptr, B, state_ptr, step_ptr, hist_ptr, fault_ptr, token_class_ptr, state_row_ptr,
-                    row_next_ptr, targets_ptr, V, C, H, done_state, BLOCK_B: tl.constexpr):
+                    row_next_ptr, targets_ptr, seg_start_ptr, seg_base_ptr, n_seg, V, C, H, done_state,
+                    BLOCK_B: tl.constexpr):
     row = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     live = row < B
     tok = tl.load(tokens_ptr + row, mask=live, other=0).to(tl.int64)
     _advance_rows(row, tok, live, state_ptr, step_ptr, hist_ptr, fault_ptr, token_class_ptr, state_row_ptr,
-                  row_next_ptr, targets_ptr, V, C, H, done_state)
+                  row_next_ptr, targets_ptr, seg_start_ptr, seg_base_ptr, n_seg, V, C, H, done_state)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -170,8 +189,8 @@ def _tile(row_logits, state_r, token_class_ptr, row_next_ptr, v, V, C, inv_temp,
 @triton.jit(do_not_specialize=["seed_key"])
 def _sample_kernel(logits_ptr, stride_row, tokens_ptr, counts_ptr,
                    state_ptr, step_ptr, hist_ptr, fault_ptr, key_ptr,
-                   token_class_ptr, state_row_ptr, row_next_ptr, targets_ptr, row_legal_ptr, scratch_ptr,
-                   V, C, H, NB, done_state, eos_id, inv_temp, seed_key,
+                   token_class_ptr, state_row_ptr, row_next_ptr, targets_ptr, seg_start_ptr, seg_base_ptr, n_seg,
+                   row_legal_ptr, scratch_ptr, V, C, H, NB, done_state, eos_id, inv_temp, seed_key,
                    GREEDY: tl.constexpr, BLOCKS: tl.constexpr, K: tl.constexpr):
     # one program per row; the vocabulary in tiles of BLOCKS noise blocks of K ids. scratch: float32 [B, NB],
     # each block's G (-inf where the block holds no legal id), read again by the search
@@ -250,7 +269,7 @@ def _sample_kernel(logits_ptr, stride_row, tokens_ptr, counts_ptr,
     tl.store(tokens_ptr + row, tok)
     tl.store(counts_ptr + row, tl.load(row_legal_ptr + r))
     _advance_rows(row, tok, row >= 0, state_ptr, step_ptr, hist_ptr, fault_ptr, token_class_ptr, state_row_ptr,
-                  row_next_ptr, targets_ptr, V, C, H, done_state)
+                  row_next_ptr, targets_ptr, seg_start_ptr, seg_base_ptr, n_seg, V, C, H, done_state)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -278,7 +297,8 @@ def advance_(tokens: torch.Tensor, rows: Rows, t: Tables, block_b: int = ADVANCE
     B = tokens.numel()
     _advance_kernel[(triton.cdiv(B, block_b),)](
         tokens, B, rows.state, rows.step, rows.history, rows.fault, t.token_class, t.state_row, t.row_next,
-        t.targets, t.vocab_size, t.num_classes, rows.history.shape[1], t.done_state, BLOCK_B=block_b)
+        t.targets, t.segment_start, t.segment_base, t.segment_start.numel(), t.vocab_size, t.num_classes,
+        rows.history.shape[1], t.done_state, BLOCK_B=block_b)
 
 
 def sample_(logits: torch.Tensor, rows: Rows, t: Tables, temperature: float = 0.0, seed: int = 0,
@@ -299,7 +319,8 @@ def sample_(logits: torch.Tensor, rows: Rows, t: Tables, temperature: float = 0.
     inv_temp = 1.0 if greedy else 1.0 / temperature
     _sample_kernel[(B,)](
         logits, logits.stride(0), tokens, counts, rows.state, rows.step, rows.history, rows.fault, keys,
-        t.token_class, t.state_row, t.row_next, t.targets, t.row_legal, scratch, t.vocab_size, t.num_classes,
+        t.token_class, t.state_row, t.row_next, t.targets, t.segment_start, t.segment_base, t.segment_start.numel(),
+        t.row_legal, scratch, t.vocab_size, t.num_classes,
         rows.history.shape[1], nb, t.done_state, t.eos_id, inv_temp, _int32(rng.seed_key(seed)),
         GREEDY=greedy, BLOCKS=block_v // K, K=K, num_warps=num_warps, enable_fp_fusion=False)
     return tokens, counts
@@ -342,7 +363,7 @@ def launch_specs() -> list[dict]:
 
     rows = {"state_ptr": "*i32", "step_ptr": "*i32", "hist_ptr": "*i32", "fault_ptr": "*i64", "key_ptr": "*i64",
             "token_class_ptr": "*i32", "row_legal_ptr": "*i32", "counts_ptr": "*i32",
-            "targets_ptr": "*i32",
+            "targets_ptr": "*i32", "seg_start_ptr": "*i32", "seg_base_ptr": "*i32",
             "tokens_ptr": "*i64", "scratch_ptr": "*fp32", "inv_temp": "fp32"}
     for tname, ttype in TABLE_TYPES.items():
         for lname, ltype in LOGIT_TYPES.items():

@@ -5,12 +5,13 @@ paths, Triton kernels), and the one lookup they all share: the state a token lea
 The grammar is a DFA over tokens, factored by token classes and by rows of states:
 
     code = row_next[state_row[state], token_class[token]]      next state = batchmask.next_codes.decode_next
-                                                                (absolute codes index the target list)
+                                                                (absolute codes index the target list from
+                                                                the base of the state's segment)
 
-A plain [S, C] table is the special case state_row = arange(S), targets = arange(S). Names used in the
+A plain [S, C] table is the special case state_row = arange(S), targets = arange(S), one segment. Names used in the
 shape comments: B rows in the batch, V grammar vocabulary, V' >= V logits width (padded ids are illegal),
-S states, R distinct table rows, C token classes, T absolute targets, H history length (tokens remembered
-per row).
+S states, R distinct table rows, C token classes, T absolute targets, G target segments, H history length
+(tokens remembered per row).
 """
 from __future__ import annotations
 
@@ -33,6 +34,14 @@ class Tables:
     done_state: int                  # absorbing state after EOS (only EOS legal)
     eos_id: int
     sides: object | None = None      # the CPU fast paths' token lists (kernels.short_sides.ShortSides), lazy
+    segment_start: torch.Tensor | None = None   # int32 [G]  first state of each target segment (ascending, [0] first)
+    segment_base: torch.Tensor | None = None    # int32 [G]  where its absolute codes start in targets
+
+    def __post_init__(self):
+        dev = self.token_class.device
+        if self.segment_start is None:                      # one segment: the plain list
+            self.segment_start = torch.zeros(1, dtype=torch.int32, device=dev)
+            self.segment_base = torch.zeros(1, dtype=torch.int32, device=dev)
 
     @property
     def vocab_size(self) -> int:
@@ -47,15 +56,17 @@ class Tables:
         """int64 [S, C]: the plain table of next states (-1 illegal), decoded (for references and checks)."""
         S = self.state_row.numel()
         return decode_next(self.row_next.index_select(0, self.state_row.long()),
-                           torch.arange(S, device=self.state_row.device)[:, None], self.targets)
+                           torch.arange(S, device=self.state_row.device)[:, None], self.targets,
+                           self.segment_start, self.segment_base)
 
 
 def make_tables(token_class: torch.Tensor, class_next: torch.Tensor | None, legal_count: torch.Tensor | None,
                 done_state: int, eos_id: int, state_row: torch.Tensor | None = None,
                 row_next: torch.Tensor | None = None, row_legal: torch.Tensor | None = None,
-                targets: torch.Tensor | None = None) -> Tables:
+                targets: torch.Tensor | None = None, segment_start: torch.Tensor | None = None,
+                segment_base: torch.Tensor | None = None) -> Tables:
     """From a plain [S, C] table (class_next, legal_count [S]), or from the compiler's factored one
-    (state_row, row_next, row_legal, targets)."""
+    (state_row, row_next, row_legal, targets, and the target segments)."""
     if state_row is None:
         S = class_next.shape[0]
         row_next, row_legal = class_next, legal_count
@@ -68,7 +79,8 @@ def make_tables(token_class: torch.Tensor, class_next: torch.Tensor | None, lega
     ids = torch.arange(V, device=token_class.device)
     first = torch.full((C,), V, dtype=torch.int64, device=token_class.device)
     first.scatter_reduce_(0, token_class.long(), ids, reduce="amin")  # [C]
-    return Tables(token_class, state_row, row_next, row_legal, targets, first, done_state, eos_id)
+    return Tables(token_class, state_row, row_next, row_legal, targets, first, done_state, eos_id,
+                  segment_start=segment_start, segment_base=segment_base)
 
 
 @dataclass
@@ -96,7 +108,8 @@ def row_ids(rows: Rows, start: int, count: int) -> torch.Tensor:
 def next_states(state: torch.Tensor, cls: torch.Tensor, t: Tables) -> torch.Tensor:
     """int64 [n]: the state after a token of class cls [n] from state [n] (-1 illegal)."""
     row = t.state_row.index_select(0, state).long()
-    return decode_next(t.row_next.view(-1).index_select(0, row * t.num_classes + cls.long()), state, t.targets)
+    return decode_next(t.row_next.view(-1).index_select(0, row * t.num_classes + cls.long()), state, t.targets,
+                       t.segment_start, t.segment_base)
 
 
 def legal_counts(state: torch.Tensor, t: Tables) -> torch.Tensor:

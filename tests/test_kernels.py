@@ -249,7 +249,26 @@ def test_jitted_decode_next_agrees_on_every_code_kind():
     for dtype in (torch.int16, torch.int32):  # the table dtypes the kernels read
         c = codes.clamp(-32768, 32767).to(dtype)
         out = torch.empty(codes.numel(), dtype=torch.int32, device=DEVICE)
-        mask_triton._decode_kernel[(1,)](c.to(DEVICE), states.to(DEVICE), targets.to(DEVICE), out, codes.numel(),
-                                         BLOCK=32)
+        zero = torch.zeros(1, dtype=torch.int32, device=DEVICE)       # one segment at 0
+        mask_triton._decode_kernel[(1,)](c.to(DEVICE), states.to(DEVICE), targets.to(DEVICE), zero, zero, 1, out,
+                                         codes.numel(), BLOCK=32)
         assert out.cpu().tolist() == decode_next(c, states, targets).tolist(), dtype
     assert want.tolist()[:8] == [3, 65000, -1, 7, 101, 32998, 59998, 70000]  # the rule itself, spelled out
+
+
+def test_jitted_decode_reads_absolute_codes_from_the_state_segment():
+    # segments: states 0..9 read targets from 0, 10..19 from 2, 20..24 from 5, 25.. from 1 (bases need not grow)
+    seg_start = torch.tensor([0, 10, 20, 25], dtype=torch.int32)
+    seg_base = torch.tensor([0, 2, 5, 1], dtype=torch.int32)
+    targets = torch.tensor([30, 31, 32, 33, 34, 35, 36, 37], dtype=torch.int32)
+    states = torch.tensor([0, 9, 10, 19, 20, 24, 25, 99, 3, 12], dtype=torch.int32)
+    codes = torch.tensor([1, 0, 0, 3, 2, 0, 6, 0, -1, -4], dtype=torch.int32)
+    base = [0, 0, 2, 2, 5, 5, 1, 1]
+    expect = [int(targets[b + c]) for b, c in zip(base, codes[:8].tolist())] + [-1, 12 + 2]   # spelled out
+    assert decode_next(codes, states, targets, seg_start, seg_base).tolist() == expect
+    for G in (1, 4):           # one segment (the plain list) and four
+        out = torch.empty(codes.numel(), dtype=torch.int32, device=DEVICE)
+        mask_triton._decode_kernel[(1,)](codes.to(DEVICE), states.to(DEVICE), targets.to(DEVICE),
+                                         seg_start[:G].to(DEVICE), seg_base[:G].to(DEVICE), G, out, codes.numel(),
+                                         BLOCK=16)
+        assert out.cpu().tolist() == decode_next(codes, states, targets, seg_start[:G], seg_base[:G]).tolist(), G

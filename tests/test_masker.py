@@ -331,7 +331,8 @@ def test_factored_tables_refused_where_a_code_leaves_the_states(dtype):
             refused.append(False)
         except GrammarTableError as e:
             assert ("row_next values must be in [-1, 700)" if code < 0 else
-                    "row_next absolute codes must be in [0, 700) (the target list), got 700") in str(e), str(e)
+                    "row_next absolute codes must read the target list inside [0, 700) (from their state's "
+                    "segment base), got 700") in str(e), str(e)
             refused.append(True)
         assert refused[-1] == (not expect_ok), (r, code)
     assert refused == [False, True, True, False, False, True, False, True]
@@ -340,6 +341,34 @@ def test_factored_tables_refused_where_a_code_leaves_the_states(dtype):
     targets[150] = S                                            # a target that is not a state
     with pytest.raises(GrammarTableError, match=r"row_next values must be in \[-1, 700\), got \[-1, 700\]"):
         build(base, targets)
+
+
+def test_target_segments_checked_against_the_list_they_read():
+    """Absolute codes read the target list from their state's segment base (next_codes.py): a table is refused
+    where some state's code + base passes the list, and a malformed segment list is refused, naming the field."""
+    S, R, C, V = 40, 4, 3, 6
+    state_row = torch.arange(S) % R
+    row_next = torch.tensor([[0, -1, 2], [-1, -1, 1], [-3, 0, -1], [-1, -1, -1]], dtype=torch.int16)
+
+    def build(start, base, T=10):
+        g = SimpleNamespace(token_class=torch.arange(V) % C, state_row=state_row, row_next=row_next,
+                            row_legal=torch.ones(R, dtype=torch.int32), targets=torch.arange(T) % S,
+                            segment_start=torch.tensor(start), segment_base=torch.tensor(base), start=0,
+                            done_state=S - 1, eos_id=0, vocab_size=V)
+        return BatchMasker(g, 1)
+
+    build([0, 20], [0, 7])              # the highest code (2) read from 7: index 9 < 10
+    with pytest.raises(GrammarTableError, match=r"read the target list inside \[0, 10\).*got 10"):
+        build([0, 20], [0, 8])
+    build([0, 37], [0, 8])              # states 37..39 read from 8: their rows (1, 2, 3) reach code 1 at most
+    with pytest.raises(GrammarTableError, match="segment_start must rise from 0"):
+        build([1, 20], [0, 0])
+    with pytest.raises(GrammarTableError, match="segment_start must rise from 0"):
+        build([0, 20, 20], [0, 0, 0])
+    with pytest.raises(GrammarTableError, match=r"segment_base values must be in \[0, 10\]"):
+        build([0, 20], [0, 11])
+    with pytest.raises(GrammarTableError, match="one length"):
+        build([0, 20], [0])
 
 
 def test_int32_tables_work_like_int16():
