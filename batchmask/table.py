@@ -25,6 +25,8 @@ of times, not once per step (large unions of tool sets make it tens of MB).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
@@ -56,7 +58,7 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     """The factored tables of `aut` on `prep`'s vocabulary (see the module docstring)."""
     vocab = prep.vocab
     V, S = len(vocab), aut.num_states
-    far = _once(far)                    # each block's far cells: asked for by the rows and by _share_far
+    far = _once(far)                    # each block's far cells: asked for by the rows and their layout
     done = S
     delta_np, byte_class, to_c_np, from_c_np = byte_table(aut, vocab.max_len, vocab.max_tail)
     steps = ByteSteps.of(delta_np, byte_class, vocab, dev)
@@ -125,9 +127,8 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     def value_part(far_fn, segments):
         return _value_rows(aut, sigs, after_ev, blocks_of, shapes_of, value_rep, far_fn, dev, segments)
 
-    value_ids, which, codes = value_part(far, True)                                    # [Nk], [Nk], [M, Cv]
-    v_row, v_uniq = classes_of(codes)                                                  # equal cell rows once
-    v_row = v_row.index_select(0, which)                                               # [Nk]
+    value_ids, which, codes, layouts = value_part(far, True)                           # [Nk], [Nk], [M, Cv]
+    v_row, v_uniq = classes_of(codes)                                                  # [M] equal rows once
     vcodes = codes.index_select(0, v_uniq)                                             # [Rv, Cv]
     # every class has a token (dense ids), so a row is dead iff it has no legal entry
     dead = (E > 0 and bool((torch.bincount(ex_r, minlength=E) == 0).any())) or \
@@ -146,11 +147,10 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
         row_of = parts.row_classes()
         state_row[explicit] = row_of[:E]
         state_row[done] = row_of[E]
-        state_row[value_ids] = row_of.index_select(0, E + 1 + v_row)
-        _share_far(aut, state_row, far, sigs, blocks_of, shapes_of)
+        _block_rows(state_row, layouts, row_of.index_select(0, E + 1 + v_row))
     else:
         # Some state has no way out (a vocabulary without some bytes): prune on the full table.
-        value_ids, which, codes = value_part(lambda blk, n, d: far(blk, None, d), False)
+        value_ids, which, codes, _ = value_part(lambda blk, n, d: far(blk, None, d), False)
         codes = codes.index_select(0, which)                                           # [Nk, Cv]
         within = codes <= -2                                                           # relative: stays inside
         full = torch.full((S + 1, C), -1, dtype=torch.int32, device=dev)
@@ -229,10 +229,10 @@ def _value_rows(aut, sigs, after_ev, blocks_of, shapes_of, rep, far, dev, segmen
     pattern of legal exits among the shape's blocks gives one set of rows, shared by the blocks with that
     pattern (wherever their exits lead), and without, every block fills in its own next states (one gather).
     Far cells (see far_mask) are represented by the first of them per sub-state; the rest share its row
-    (_share_far).
+    (_block_rows).
     """
     C = len(rep)
-    ids_out, which, rows = [], [], []
+    ids_out, which, rows, layouts = [], [], [], []
     made = 0
     for name, ks in blocks_of.items():
         vt = aut.blocks[ks[0]].vt.on(dev)
@@ -255,6 +255,8 @@ def _value_rows(aut, sigs, after_ev, blocks_of, shapes_of, rep, far, dev, segmen
             cells = torch.from_numpy(sel).to(dev)
             ids_out.append((bases[:, None] + cells).view(-1))                      # [b * n], block-major
             which.append((made + pattern_of[:, None] * n + torch.arange(n, device=dev)).view(-1))
+            layouts.append(_Layout(bases.cpu().numpy(), blk.size, pattern_of.cpu().numpy(), sel, made, P,
+                                   *_far_sources(blk, far(blk, sig.reach, dev), sel)))
             out = torch.empty((P, n, C), dtype=torch.int32, device=dev)            # rows made: pattern-major
             cstep = max(1, CELL_ENTRIES // max(1, C))
             for c0 in range(0, n, cstep):                 # cells in chunks, then patterns in chunks: the
@@ -272,8 +274,52 @@ def _value_rows(aut, sigs, after_ev, blocks_of, shapes_of, rep, far, dev, segmen
             made += P * n
     if not rows:
         z = torch.empty(0, dtype=torch.int64, device=dev)
-        return z, z, torch.empty((0, C), dtype=torch.int32, device=dev)
-    return torch.cat(ids_out), torch.cat(which), torch.cat(rows)
+        return z, z, torch.empty((0, C), dtype=torch.int32, device=dev), layouts
+    return torch.cat(ids_out), torch.cat(which), torch.cat(rows), layouts
+
+
+@dataclass
+class _Layout:
+    """Where one shape's computed rows go (_value_rows): blocks at `bases` of `size` cells, block j with the
+    rows of pattern pattern_of[j]: rows made + p * n + i for its computed cells sel[i] (n of them); its other
+    (far) cells at offsets `far` take the row of the cell at offsets `src` (the first far cell of their
+    sub-state)."""
+    bases: np.ndarray
+    size: int
+    pattern_of: np.ndarray
+    sel: np.ndarray
+    made: int
+    P: int
+    far: np.ndarray
+    src: np.ndarray
+
+
+def _far_sources(blk, fm: np.ndarray, sel: np.ndarray):
+    """(offsets of the far cells not computed, offset of the computed far cell each one shares a row with)."""
+    at = np.flatnonzero(fm)
+    if not at.size:
+        return at, at
+    q = blk.qs[at]
+    first = _min_per_key(q, at, int(q.max()) + 1)[q]
+    rest = at != first
+    return at[rest], first[rest]
+
+
+def _block_rows(state_row: torch.Tensor, layouts: list, cell_row: torch.Tensor) -> None:
+    """Every block cell's row into state_row [S + 1]: per shape and pattern one row per cell offset (computed
+    cells their own, far cells their sub-state's first far cell's, see far_mask), copied to each block of it
+    (one slice each: no per-cell index arrays over the million cells of a large union)."""
+    out, rows = state_row.numpy() if state_row.device.type == "cpu" else None, cell_row.cpu().numpy()
+    for L in layouts:
+        n = len(L.sel)
+        tmpl = np.empty((L.P, L.size), dtype=np.int64)
+        tmpl[:, L.sel] = rows[L.made:L.made + L.P * n].reshape(L.P, n)
+        tmpl[:, L.far] = tmpl[:, L.src]
+        for j, b in enumerate(L.bases.tolist()):
+            if out is not None:
+                out[b:b + L.size] = tmpl[L.pattern_of[j]]
+            else:
+                state_row[b:b + L.size] = torch.from_numpy(tmpl[L.pattern_of[j]]).to(state_row.device)
 
 
 def _segments(aut, after_ev, blocks_of, explicit_targets: torch.Tensor, done: int, dev):
@@ -378,32 +424,6 @@ def _min_per_key(key: np.ndarray, values: np.ndarray, num_keys: int) -> np.ndarr
                         torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64)), reduce="amin")
     out = out.numpy()
     return np.where(out == big, -1, out)
-
-
-def _share_far(aut, state_row, far, sigs, blocks_of, shapes_of) -> None:
-    """Far cells not computed take the row of their sub-state's first far cell (see _value_rows).
-
-    In a block cell's row a move that stays inside the value is stored relative to the state (a
-    value only grows, so the code is <= -2); every other move stays absolute; -1 is illegal. Far
-    cells then have identical rows per sub-state, and equal rows anywhere are stored once: R stays
-    in the hundreds whatever a value's cap is.
-    """
-    dev = state_row.device
-    ids_l, src_l = [], []
-    for name, shapes in shapes_of.items():
-        for js in shapes.values():          # blocks of one shape have the same far cells (far_mask)
-            blks = [aut.blocks[blocks_of[name][j]] for j in js]
-            at = np.flatnonzero(far(blks[0], sigs[name].reach, dev))             # [F] offsets of far cells
-            if not at.size:
-                continue
-            q = blks[0].qs[at]
-            first = _min_per_key(q, at, int(q.max()) + 1)[q]                    # [F] the first of its kind
-            bases = np.array([blk.base for blk in blks], dtype=np.int64)[:, None]
-            ids_l.append((bases + at).reshape(-1))
-            src_l.append((bases + first).reshape(-1))
-    if ids_l:
-        ids, src = (torch.from_numpy(np.concatenate(x)).to(dev) for x in (ids_l, src_l))
-        state_row[ids] = state_row.index_select(0, src)
 
 
 def _prune_dead_ends(table: torch.Tensor, class_size: torch.Tensor, final_states) -> torch.Tensor:
