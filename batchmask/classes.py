@@ -105,7 +105,7 @@ def _mix(x: torch.Tensor, m: int) -> torch.Tensor:
 
 
 def sparse_classes(item: torch.Tensor, col: torch.Tensor, val: torch.Tensor, n_items: int) -> torch.Tensor:
-    """Class ids [n_items] grouping items with equal sparse rows {col: val} (no entries: class 0).
+    """Dense class ids [n_items] grouping items with equal sparse rows {col: val} (no entries: class 0).
 
     item/col/val int64 [P], each (item, col) at most once. Rows are hashed (two 30-bit sums of
     mixed entries, and the entry count), then every entry is checked against its class's first
@@ -122,21 +122,24 @@ def sparse_classes(item: torch.Tensor, col: torch.Tensor, val: torch.Tensor, n_i
     h[:, 2].index_add_(0, item, torch.ones_like(item))
     h[:, :2] &= mask
     ids, rep = classes_of(h)
-    # exact check: each entry equals the entry of its class's first item in the same column
+    # exact check: entries sorted by (item, column), so an item's are a run; its class's first item has as many
+    # (the count is hashed exactly), and the k-th entries of the two runs must be the same (column, value)
     ncol = int(col.max()) + 1
-    key = item * ncol + col
-    order = torch.argsort(key)
-    skey, sval = key[order], val[order]
-    want = rep[ids[item]] * ncol + col
-    at = torch.searchsorted(skey, want).clamp(max=len(skey) - 1)
-    if not (bool((skey[at] == want).all()) and torch.equal(sval[at], val)):
+    order = torch.argsort(item * ncol + col)
+    s_item, s_col, s_val = item[order], col[order], val[order]
+    count = h[:, 2]
+    start = torch.cumsum(count, 0) - count                                   # [n_items] first entry of each run
+    rank = torch.arange(len(item), device=dev) - start.index_select(0, s_item)
+    at = start.index_select(0, rep.index_select(0, ids.index_select(0, s_item))) + rank
+    if not (torch.equal(s_col.index_select(0, at), s_col) and torch.equal(s_val.index_select(0, at), s_val)):
         dense = torch.full((n_items, ncol), -(1 << 40), dtype=torch.int64, device=dev)
         dense[item, col] = val
         ids = torch.unique(dense, dim=0, return_inverse=True)[1]
     none = h[:, 2] == 0
-    if bool(none.any()):          # make "no entries" class 0 and shift the others
+    if bool(none.any()):          # make "no entries" class 0 and shift the others (ids stay dense)
         ids = ids + 1
         ids[none] = 0
+        ids = torch.unique(ids, return_inverse=True)[1]
     return ids
 
 

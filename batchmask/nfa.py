@@ -58,7 +58,7 @@ class NFA:
             self.masks.append(mask)
         return i
 
-    def build(self, node, k: int, where: str) -> int:
+    def build(self, node, k: int, where) -> int:
         """The state that reads `node` and then goes on to state `k`.
 
         Building is deterministic and hash-consed, so the same subtree object before the same `k` gives
@@ -69,53 +69,53 @@ class NFA:
             got = self._built[key] = self._build(node, k, where)
         return got
 
-    def _build(self, node, k: int, where: str) -> int:
+    def _build(self, node, k: int, where) -> int:
         if isinstance(node, Lit):
             if not isinstance(node.text, (bytes, bytearray)):
-                raise GrammarBuildError(f"{where}: Lit.text must be bytes, got {type(node.text).__name__}")
+                raise GrammarBuildError(f"{_text(where)}: Lit.text must be bytes, got {type(node.text).__name__}")
             for b in reversed(bytes(node.text)):
                 k = self._add(BYTE, self._mask(_ONE_BYTE[b]), k)
             return k
         if isinstance(node, Seq):
             for i in range(len(node.items) - 1, -1, -1):
-                k = self.build(node.items[i], k, f"{where}.items[{i}]")
+                k = self.build(node.items[i], k, (where, ".items", i))
             return k
         if isinstance(node, Alt):
             if not node.options:
-                raise GrammarBuildError(f"{where}: Alt has no options")
-            opts = tuple(dict.fromkeys(self.build(o, k, f"{where}.options[{i}]") for i, o in enumerate(node.options)))
+                raise GrammarBuildError(f"{_text(where)}: Alt has no options")
+            opts = tuple(dict.fromkeys(self.build(o, k, (where, ".options", i)) for i, o in enumerate(node.options)))
             return opts[0] if len(opts) == 1 else self._add(ALT, opts, -1)
         if isinstance(node, ByteSet):
             mask = bytes(node.mask)
             if mask not in self._mask_id and (len(mask) != 256 or mask.translate(None, b"\x00\x01")):
-                raise GrammarBuildError(f"{where}: ByteSet.mask must be 256 bytes of 0/1, got {len(mask)} bytes")
+                raise GrammarBuildError(f"{_text(where)}: ByteSet.mask must be 256 bytes of 0/1, got {len(mask)} bytes")
             return self._add(BYTE, self._mask(mask), k)
         if isinstance(node, Repeat):
             _check_bounds(node, where)
             opt = k
             for _ in range(node.max - node.min):          # up to max - min more, each optional
-                opt = self._alt(self.build(node.item, opt, f"{where}.item"), k)
+                opt = self._alt(self.build(node.item, opt, (where, ".item", None)), k)
             for _ in range(node.min):
-                opt = self.build(node.item, opt, f"{where}.item")
+                opt = self.build(node.item, opt, (where, ".item", None))
             return opt
         if isinstance(node, Word):
             _check_bounds(node, where)
             try:
                 vt = word_type(node.start, node.body, node.end)
             except ValueError as e:
-                raise GrammarBuildError(f"{where}: {e}") from None
+                raise GrammarBuildError(f"{_text(where)}: {e}") from None
             body = bytes(a | b for a, b in zip(bytes(node.start), bytes(node.body)))
             if not self._plain_end(body, k):
-                raise GrammarBuildError(f"{where}: a Word must be followed by bytes it cannot hold")
+                raise GrammarBuildError(f"{_text(where)}: a Word must be followed by bytes it cannot hold")
             return self._add(BLOCK, (vt.name, node.min, node.max), k)
         if isinstance(node, (Str, JsonStr)):
             _check_bounds(node, where)
             if self.end in self.closure(k):
-                raise GrammarBuildError(f"{where}: a string body must be followed by its closing quote, "
+                raise GrammarBuildError(f"{_text(where)}: a string body must be followed by its closing quote, "
                                         "not by the end of the grammar")
             vt = value_type("seed" if isinstance(node, Str) else "json", self.utf8)
             return self._add(BLOCK, (vt.name, node.min, node.max), k)
-        raise GrammarBuildError(f"{where}: not a grammar node: {type(node).__name__} "
+        raise GrammarBuildError(f"{_text(where)}: not a grammar node: {type(node).__name__} "
                                 "(expected Lit, Seq, Alt, ByteSet, Repeat, Str or JsonStr)")
 
     def _plain_end(self, body: bytes, k: int) -> bool:
@@ -149,7 +149,17 @@ class NFA:
     _closure: dict
 
 
+def _text(where) -> str:
+    """A node's place in the tree for an error message: where arguments are (parent, field, index) chains,
+    spelled out only when an error needs them (building them as text cost more than the build)."""
+    parts = []
+    while isinstance(where, tuple):
+        where, field, i = where
+        parts.append(field if i is None else f"{field}[{i}]")
+    return str(where) + "".join(reversed(parts))
+
+
 def _check_bounds(node, where):
     if not (isinstance(node.min, int) and isinstance(node.max, int) and 0 <= node.min <= node.max):
-        raise GrammarBuildError(f"{where}: {type(node).__name__} bounds must be integers 0 <= min <= max, "
+        raise GrammarBuildError(f"{_text(where)}: {type(node).__name__} bounds must be integers 0 <= min <= max, "
                                 f"got min={node.min!r}, max={node.max!r}")

@@ -115,27 +115,35 @@ class _Subsets:
         nfa = self.nfa
         states: list[tuple] = []              # explicit subsets, in priority order
         index: dict = {}
-        queue: deque = deque()
-        cls_edges: list = []                  # (src explicit id, class, target)
+        queue: deque = deque()                # i >= 0: explicit state i; i < 0: the exits of NFA block -1 - i
+        src_l, cls_l, tgt_l = [], [], []      # edges: (src explicit id, class, target)
         blocks_seen: dict[int, int] = {}      # NFA block state -> entry depth
+        positions: dict = {}                  # block position (j, n, q) -> its target code -1 - k
         parallel = [0]                        # explicit states holding two or more string positions
 
-        def target(elems: tuple):
-            one = len(elems) == 1
-            if one and isinstance(elems[0], tuple):
-                j, n, _ = elems[0]
-                if j not in blocks_seen:
-                    blocks_seen[j] = 0
-                    queue.append(("exits", j))
-                blocks_seen[j] = max(blocks_seen[j], n)
-                return ("B",) + elems[0]
-            key = elems[0] if one else frozenset(elems)      # a lone element is its own key (no set to build)
+        def target(elems: tuple) -> int:
+            """An explicit state's id (made and queued when new), or -1 - k for the k-th block position."""
+            e0 = elems[0]
+            if len(elems) == 1:
+                if type(e0) is tuple:
+                    got = positions.get(e0)
+                    if got is None:
+                        j, n, _ = e0
+                        if j not in blocks_seen:
+                            blocks_seen[j] = 0
+                            queue.append(-1 - j)
+                        blocks_seen[j] = max(blocks_seen[j], n)
+                        got = positions[e0] = -1 - len(positions)
+                    return got
+                key = e0                                     # a lone element is its own key (no set to build)
+            else:
+                key = frozenset(elems)
             i = index.get(key)
             if i is None:
                 i = index[key] = len(states)
                 states.append(elems)
-                queue.append(("state", i))
-                if not one and sum(isinstance(e, tuple) for e in elems) > 1:
+                queue.append(i)
+                if len(elems) > 1 and sum(type(e) is tuple for e in elems) > 1:
                     parallel[0] += 1
                 if parallel[0] > MAX_PARALLEL:
                     raise GrammarBuildError(
@@ -149,10 +157,11 @@ class _Subsets:
 
         starts = [target(nfa.closure(s)) for s in self.starts]
         exit_edges: dict[int, list] = {}
-        trans, elem_moves, index_get, add = self._trans, self.elem_moves, index.get, cls_edges.append
+        trans, elem_moves, index_get = self._trans, self.elem_moves, index.get
+        add_src, add_cls, add_tgt = src_l.append, cls_l.append, tgt_l.append
         while queue:
-            what, i = queue.popleft()
-            if what == "state":
+            i = queue.popleft()
+            if i >= 0:
                 elems = states[i]
                 e0 = elems[0]
                 if len(elems) == 1 and type(e0) is int:          # one byte set (most states): its moves
@@ -163,17 +172,16 @@ class _Subsets:
                     moves = self.set_moves(elems)
                 for c, tgt in moves:
                     t0 = tgt[0]
-                    if len(tgt) == 1 and type(t0) is int:         # a lone byte set met before: its state
-                        j = index_get(t0)
-                        add((i, c, j if j is not None else target(tgt)))
-                    else:
-                        add((i, c, target(tgt)))
+                    j = index_get(t0) if len(tgt) == 1 and type(t0) is int else None   # a lone byte set met before
+                    add_src(i)
+                    add_cls(c)
+                    add_tgt(j if j is not None else target(tgt))
             else:
-                moves = self.set_moves(nfa.closure(nfa.next[i]))
-                exit_edges[i] = [(c, target(tgt)) for c, tgt in moves]
-        return self._layout(states, starts, cls_edges, blocks_seen, exit_edges)
+                j = -1 - i
+                exit_edges[j] = [(c, target(tgt)) for c, tgt in self.set_moves(nfa.closure(nfa.next[j]))]
+        return self._layout(states, starts, (src_l, cls_l, tgt_l), blocks_seen, list(positions), exit_edges)
 
-    def _layout(self, states, starts, cls_edges, blocks_seen, exit_edges) -> Automaton:
+    def _layout(self, states, starts, edges_found, blocks_seen, positions, exit_edges) -> Automaton:
         nfa = self.nfa
         E = len(states)
         blocks, block_of = [], {}
@@ -187,22 +195,22 @@ class _Subsets:
             block_of[j] = blk
             blocks.append(blk)
             base += blk.size
+        # target codes -> state ids: explicit ids as they are, -1 - k the cell of block position k
+        cell = np.array([int(block_of[j].grid[n, q]) for j, n, q in positions] + [-1], dtype=np.int64)
 
-        def resolve(t) -> int:
-            if isinstance(t, tuple):
-                _, j, n, q = t
-                return int(block_of[j].grid[n, q])
-            return t
+        def resolve(t):                                  # int, or an int64 array of codes
+            return np.where(t >= 0, t, cell[np.maximum(-1 - t, 0)]) if isinstance(t, np.ndarray) else \
+                (t if t >= 0 else int(cell[-1 - t]))
 
         # (state, class, target) -> (state, byte, target): each class spread to its bytes
         order = np.argsort(self.byte_class, kind="stable")                      # bytes grouped by class
         size = np.bincount(self.byte_class, minlength=self.num_classes)
         first = np.cumsum(size) - size
         bytes_of = [order[f:f + n] for f, n in zip(first.tolist(), size.tolist())]
-        e = np.zeros((len(cls_edges), 3), dtype=np.int64)
-        if cls_edges:                          # column by column: numpy converts a flat tuple of ints fast
-            src_of, cls_of, tgt_of = zip(*cls_edges)
-            e[:, 0], e[:, 1], e[:, 2] = src_of, cls_of, [t if type(t) is int else resolve(t) for t in tgt_of]
+        e = np.zeros((len(edges_found[0]), 3), dtype=np.int64)
+        if len(e):                             # column by column: numpy converts a list of ints fast
+            e[:, 0], e[:, 1] = edges_found[0], edges_found[1]
+            e[:, 2] = resolve(np.array(edges_found[2], dtype=np.int64))
         reps = size[e[:, 1]]
         k = np.repeat(np.arange(len(e)), reps)
         rank = np.arange(len(k)) - np.repeat(np.cumsum(reps) - reps, reps)

@@ -261,7 +261,8 @@ def _value_rows(aut, sigs, after_ev, blocks_of, shapes_of, rep, far, dev, segmen
             cstep = max(1, CELL_ENTRIES // max(1, C))
             for c0 in range(0, n, cstep):                 # cells in chunks, then patterns in chunks: the
                 cut = cells[c0:c0 + cstep]                # [cells, C] temporaries stay in cache
-                qs, ns = blk_q(blk, cut), blk_n(blk, cut)
+                at = sel[c0:c0 + cstep]
+                qs, ns = torch.from_numpy(blk.qs[at]).to(dev), torch.from_numpy(blk.ns[at]).to(dev)
                 code, ev = _cell_rows(vt, per_q, qs, (blk.max - ns).to(torch.int32), (blk.min - ns).to(torch.int32),
                                       (ns * Q).to(torch.int32), cut, grid)
                 bstep = max(1, CELL_ENTRIES // max(1, code.numel()))
@@ -346,14 +347,6 @@ def _segments(aut, after_ev, blocks_of, explicit_targets: torch.Tensor, done: in
             base.append(0)
     as_t = lambda x: torch.tensor(x, dtype=torch.int64, device=dev)   # noqa: E731
     return torch.cat([x.long() for x in lists]), as_t(start), as_t(base)
-
-
-def blk_q(blk, cells: torch.Tensor) -> torch.Tensor:
-    return torch.from_numpy(blk.qs).to(cells.device).index_select(0, cells)
-
-
-def blk_n(blk, cells: torch.Tensor) -> torch.Tensor:
-    return torch.from_numpy(blk.ns).to(cells.device).index_select(0, cells)
 
 
 def _shapes(aut, ks) -> dict:

@@ -37,7 +37,7 @@ class RowParts:
     col: torch.Tensor        # int64 [P] its column (token class)
     code: torch.Tensor       # int64 [P] its next-state code (next_codes.py), never -1
     dense: torch.Tensor      # int32 [Rd, Cd] codes of the dense rows, over their own columns
-    spread: torch.Tensor     # int64 [C]: column c of the table is column spread[c] of `dense`
+    spread: torch.Tensor     # int64 [C]: column c of the table is column spread[c] of `dense` (each is some c's)
     num_classes: int         # C
 
     def __post_init__(self):

@@ -108,8 +108,8 @@ class ValueType:
         kept[max_] = got                                   # newest last; the oldest go past CELLS_KEPT
         while len(kept) > CELLS_KEPT:
             kept.popitem(last=False)
-        grid0, ns, qs = got
-        return np.where(grid0 >= 0, grid0 + base, -1), ns.copy(), qs.copy()
+        grid0, ns, qs = got                                # ns, qs: shared, read-only (blocks only read them)
+        return np.where(grid0 >= 0, grid0 + base, -1), ns, qs
 
     def _cells_from_0(self, max_: int):
         order = np.argsort(self.rank)                                      # sub-states in row order
@@ -120,7 +120,10 @@ class ValueType:
         grid = np.empty_like(ids)
         grid[:, order] = ids
         ns, pos = np.nonzero(ok)
-        return grid, ns, order[pos]
+        qs = order[pos]
+        ns.setflags(write=False)
+        qs.setflags(write=False)
+        return grid, ns, qs
 
     def far_from(self, min_: int) -> int:
         """The first count from which every cell of a row exists and the minimum is met."""
