@@ -4,8 +4,8 @@
     BatchMasker(table, B).reset(rows, starts=...)   each row starts (and stays) inside its own grammar
 
 The masker and kernels read the combined table unchanged: it is one more factored table
-(token_class [V], state_row [S], row_next [R, C], targets [T], segments [G]) whose state space is the grammars' state spaces
-side by side. How it is built, without a loop over tokens or states:
+(token_class [V], state_row [S], row_next [R, C], targets [T], segments [G]) whose state space is the
+grammars' state spaces side by side. How it is built, without a loop over tokens or states:
 
   * joint token classes: two tokens share a column iff they share a class in every grammar
     (the rows of the stacked [V, G] class ids, grouped); grammar g's column for joint class c is

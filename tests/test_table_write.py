@@ -21,7 +21,8 @@ def parts(draw):
     C = draw(st.integers(1, 9))
     Cd = draw(st.integers(1, C))
     # every dense column is some class's (as the compiler's value classes are)
-    spread = torch.tensor(draw(st.permutations(list(range(Cd)) + [draw(st.integers(0, Cd - 1)) for _ in range(C - Cd)])))
+    extra = [draw(st.integers(0, Cd - 1)) for _ in range(C - Cd)]
+    spread = torch.tensor(draw(st.permutations(list(range(Cd)) + extra)))
     n_sparse = draw(st.integers(0, 8))
     codes = st.sampled_from([-9, -3, -2, 0, 1, 2, 40000])      # relative, absolute, a wide one (int32 table)
     entries = {}

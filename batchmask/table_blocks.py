@@ -1,0 +1,240 @@
+"""Block cells -> their rows of the table, and the target segments they read (table.py's value half).
+
+A value block (automaton.Block) is a grid of cells (n units so far, sub-state q). Its rows are worked out
+for the class representatives only, and only for the cells that differ:
+  * blocks of one value type with the same bounds have the same cells (`_shapes`), so a shape's rows
+    are computed once, the value's ending events left open (`_cell_rows`);
+  * a cell far from both ends moves by shift: its row depends on its sub-state only, so one far cell per
+    sub-state is computed and the rest share its row (`far_mask`, `_block_rows`);
+  * a token that ends the value names its ending event; the event's state (where the value's end leads)
+    is read from the block's own segment of the target list (next_codes.py, `block_segments`), so blocks
+    whose exits are legal alike share rows wherever they lead.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .next_codes import encode_relative
+from .tokensim import STAYS, STOPS
+from .values import close_ok, stays_need
+
+
+def far_mask(blk, reach, dev=None) -> np.ndarray:
+    """bool numpy [Nb]: cells whose every move lands inside the block's full rows, away from the cap.
+
+    `reach`: the most units a token adds from each sub-state (int64 [Q], or one int for all). From
+    such a cell a token's move depends on (q, token) only (rows shared by shift). With `reach`
+    None no cell is far (every cell gets its own row: the plain table). On the host: the block's
+    cells are numpy arrays, and the ops are small.
+    """
+    ns = np.asarray(blk.ns)
+    if reach is None:
+        return np.zeros(len(ns), dtype=bool)
+    if isinstance(reach, torch.Tensor):
+        reach = reach.cpu().numpy()[blk.qs]
+    return (ns >= blk.vt.far_from(blk.min)) & (ns + reach + blk.vt.max_pending <= blk.max)
+
+
+def value_rows(aut, sigs, after_ev, blocks_of, shapes_of, rep, far, dev, segments: bool):
+    """Next-state codes from block cells for the C class representatives.
+
+    Returns (state ids [N] of the cells computed, their row [N] in `codes`, codes int32 [M, C]): a move that
+    stays inside the value is relative (the only ones whose target is a fixed shift of the state), -1 is
+    illegal, and a token that ends the value has an absolute code: with `segments`, the index of its ending
+    event in the block's exits (read from the block's own segment of the target list, next_codes.py), else
+    the next state itself. Blocks of one value type with the same bounds have the same cells (shapes), so
+    their rows are worked out once per shape with the ending events left open; then with `segments` every
+    pattern of legal exits among the shape's blocks gives one set of rows, shared by the blocks with that
+    pattern (wherever their exits lead), and without, every block fills in its own next states (one gather).
+    Far cells (see far_mask) are represented by the first of them per sub-state; the rest share its row
+    (block_rows).
+    """
+    C = len(rep)
+    ids_out, which, rows, layouts = [], [], [], []
+    made = 0
+    for name, ks in blocks_of.items():
+        vt = aut.blocks[ks[0]].vt.on(dev)
+        Q, sig = vt.num_substates, sigs[name]
+        per_q = _per_substate(vt, sig, rep, after_ev[name])
+        aft = per_q[6].view(len(ks), -1)                                          # [B_vt, E + 1] the exits
+        for js in shapes_of[name].values():                                     # js: blocks of the type
+            blk = aut.blocks[ks[js[0]]]
+            sel = _cells_computed(blk, far(blk, sig.reach, dev), Q)                 # [n] cells of the shape
+            grid = torch.from_numpy(np.where(blk.grid >= 0, blk.grid - blk.base, -1).reshape(-1)).to(dev)
+            grid = grid.to(torch.int32)
+            bases = torch.as_tensor([aut.blocks[ks[j]].base for j in js], device=dev)
+            exits = aft.index_select(0, torch.as_tensor(js, device=dev))                 # [b, E + 1]
+            if segments:                    # the blocks' patterns of legal exits: [P, E + 1], pattern of each
+                patterns, pattern_of = torch.unique(exits >= 0, dim=0, return_inverse=True)
+                sources = patterns.to(torch.int32)
+            else:
+                sources, pattern_of = exits, torch.arange(len(js), device=dev)
+            P, n = len(sources), len(sel)
+            cells = torch.from_numpy(sel).to(dev)
+            ids_out.append((bases[:, None] + cells).view(-1))                      # [b * n], block-major
+            which.append((made + pattern_of[:, None] * n + torch.arange(n, device=dev)).view(-1))
+            layouts.append(_Layout(bases.cpu().numpy(), blk.size, pattern_of.cpu().numpy(), sel, made, P,
+                                   *_far_sources(blk, far(blk, sig.reach, dev), sel)))
+            out = torch.empty((P, n, C), dtype=torch.int32, device=dev)            # rows made: pattern-major
+            cstep = max(1, CELL_ENTRIES // max(1, C))
+            for c0 in range(0, n, cstep):                 # cells in chunks, then patterns in chunks: the
+                cut = cells[c0:c0 + cstep]                # [cells, C] temporaries stay in cache
+                at = sel[c0:c0 + cstep]
+                qs, ns = torch.from_numpy(blk.qs[at]).to(dev), torch.from_numpy(blk.ns[at]).to(dev)
+                code, ev = _cell_rows(vt, per_q, qs, (blk.max - ns).to(torch.int32), (blk.min - ns).to(torch.int32),
+                                      (ns * Q).to(torch.int32), cut, grid)
+                bstep = max(1, CELL_ENTRIES // max(1, code.numel()))
+                for b0 in range(0, P, bstep):
+                    got = sources[b0:b0 + bstep].index_select(1, ev.view(-1)).view(-1, *ev.shape)   # [p, cells, C]
+                    if segments:          # a legal exit: its event's index in the block's exits
+                        got = torch.where(got > 0, ev.to(torch.int32), -1)
+                    out[b0:b0 + bstep, c0:c0 + cstep] = torch.where(got >= 0, got, code)
+            rows.append(out.view(-1, C))
+            made += P * n
+    if not rows:
+        z = torch.empty(0, dtype=torch.int64, device=dev)
+        return z, z, torch.empty((0, C), dtype=torch.int32, device=dev), layouts
+    return torch.cat(ids_out), torch.cat(which), torch.cat(rows), layouts
+
+
+@dataclass
+class _Layout:
+    """Where one shape's computed rows go (_value_rows): blocks at `bases` of `size` cells, block j with the
+    rows of pattern pattern_of[j]: rows made + p * n + i for its computed cells sel[i] (n of them); its other
+    (far) cells at offsets `far` take the row of the cell at offsets `src` (the first far cell of their
+    sub-state)."""
+    bases: np.ndarray
+    size: int
+    pattern_of: np.ndarray
+    sel: np.ndarray
+    made: int
+    P: int
+    far: np.ndarray
+    src: np.ndarray
+
+
+def _far_sources(blk, fm: np.ndarray, sel: np.ndarray):
+    """(offsets of the far cells not computed, offset of the computed far cell each one shares a row with)."""
+    at = np.flatnonzero(fm)
+    if not at.size:
+        return at, at
+    q = blk.qs[at]
+    first = _min_per_key(q, at, int(q.max()) + 1)[q]
+    rest = at != first
+    return at[rest], first[rest]
+
+
+def block_rows(state_row: torch.Tensor, layouts: list, cell_row: torch.Tensor) -> None:
+    """Every block cell's row into state_row [S + 1]: per shape and pattern one row per cell offset (computed
+    cells their own, far cells their sub-state's first far cell's, see far_mask), copied to each block of it
+    (one slice each: no per-cell index arrays over the million cells of a large union)."""
+    out, rows = state_row.numpy() if state_row.device.type == "cpu" else None, cell_row.cpu().numpy()
+    for L in layouts:
+        n = len(L.sel)
+        tmpl = np.empty((L.P, L.size), dtype=np.int64)
+        tmpl[:, L.sel] = rows[L.made:L.made + L.P * n].reshape(L.P, n)
+        tmpl[:, L.far] = tmpl[:, L.src]
+        for j, b in enumerate(L.bases.tolist()):
+            if out is not None:
+                out[b:b + L.size] = tmpl[L.pattern_of[j]]
+            else:
+                state_row[b:b + L.size] = torch.from_numpy(tmpl[L.pattern_of[j]]).to(state_row.device)
+
+
+def block_segments(aut, after_ev, blocks_of, explicit_targets: torch.Tensor, done: int, dev):
+    """The target list and its segments (next_codes.py): explicit states (and `done`) read `explicit_targets`
+    from 0; each block's cells read its exits (E states, one per ending event of its type; an illegal exit
+    holds state 0, never read) from a base of their own. Returns (targets, segment_start, segment_base)."""
+    exits_of = {}
+    for name, ks in blocks_of.items():
+        for j, k in enumerate(ks):
+            exits_of[k] = after_ev[name][j]
+    lists, start, base = [explicit_targets], [0], [0]
+    at = explicit_targets.numel()
+    order = sorted(range(len(aut.blocks)), key=lambda k: aut.blocks[k].base)
+    for i, k in enumerate(order):
+        blk = aut.blocks[k]
+        ex = exits_of[k].clamp(min=0)
+        start.append(blk.base)
+        base.append(at)
+        lists.append(ex)
+        at += ex.numel()
+        end = blk.base + blk.size
+        if i + 1 == len(order) or aut.blocks[order[i + 1]].base != end:
+            start.append(end)                          # explicit states (or done) after the block: from 0 again
+            base.append(0)
+    as_t = lambda x: torch.tensor(x, dtype=torch.int64, device=dev)   # noqa: E731
+    return torch.cat([x.long() for x in lists]), as_t(start), as_t(base)
+
+
+def shapes(aut, ks) -> dict:
+    """Blocks ks (of one value type) grouped by shape: {(min, max): [positions in ks]}. A block's cells are
+    its type's layout for its cap numbered from its base (ValueType.cells), so the bounds are the shape."""
+    out = {}
+    for j, k in enumerate(ks):
+        blk = aut.blocks[k]
+        out.setdefault((blk.min, blk.max), []).append(j)
+    return out
+
+
+def _cells_computed(blk, fm: np.ndarray, Q: int) -> np.ndarray:
+    """Offsets of the cells whose rows are computed: every cell that is not far, and the first far
+    cell of each sub-state (fm: the far mask)."""
+    keep = ~fm
+    far_at = np.flatnonzero(fm)
+    if far_at.size:
+        first = _min_per_key(blk.qs[far_at], far_at, Q)
+        keep[first[first >= 0]] = True
+    return np.flatnonzero(keep)
+
+
+# cells x classes per chunk of _cell_rows (int64 temporaries of ~2 MB)
+CELL_ENTRIES = 1 << 18
+
+
+def _per_substate(vt, sig, rep, aft):
+    """What each class representative does from each sub-state, on [Q, C] (tiny): the least room
+    (max - n) a move that stays needs (stays_ok), the grid offset of its target, the units it adds,
+    whether it may close the value (close_ok but the bounds) and its event (an index into `aft`'s
+    rows with one -1 column appended, for cells without an event)."""
+    Q = vt.num_substates
+    out, units, q_end, ev = (getattr(sig, f)[:, rep] for f in ("out", "units", "q_end", "ev_of"))
+    qc = q_end.clamp(min=0)
+    need = torch.where(out == STAYS, stays_need(vt, q_end, units), 1 << 30).to(torch.int32)
+    step = (units * Q + qc).to(torch.int32)
+    stops = (out == STOPS) & (ev >= 0)
+    E1 = aft.shape[1] + 1
+    aflat = torch.cat([aft, torch.full((aft.shape[0], 1), -1, dtype=aft.dtype, device=aft.device)], 1)
+    evx = torch.where(ev >= 0, ev, E1 - 1).to(torch.int32)
+    return need, step, units.to(torch.int32), qc.to(torch.int32), stops, evx, aflat.reshape(-1).to(torch.int32), E1
+
+
+def _cell_rows(vt, per_q, qs, room, low, at0, cell, grid):
+    """Rows of block cells (sub-state qs, room max - n, low min - n, grid offset of their row, their offset in
+    the block; all [n]) for the class representatives, but for where a token ends the value:
+    (codes int32 [n, C]: relative for moves inside the value, else -1; the ending event of each entry, int64
+    [n, C], an index into a block's exits, the last one (-1) where the entry does not end the value)."""
+    need, step, units, qc, stops, evx, aflat, E1 = per_q
+    room = room[:, None]
+    stays = need.index_select(0, qs) <= room                                   # [n, C] stays_ok
+    at = at0[:, None] + step.index_select(0, qs)
+    inside = grid.index_select(0, at.clamp_(max=len(grid) - 1).view(-1)).view(at.shape)
+    u = units.index_select(0, qs)                                              # close_ok at n + u, bounds shifted by n
+    closes = stops.index_select(0, qs) & close_ok(vt, u, qc.index_select(0, qs), low[:, None], room)
+    ev = torch.where(closes, evx.index_select(0, qs), E1 - 1).long()
+    code = torch.where(stays, encode_relative(inside, cell[:, None].to(inside.dtype)), -1).to(torch.int32)
+    return code, ev
+
+
+def _min_per_key(key: np.ndarray, values: np.ndarray, num_keys: int) -> np.ndarray:
+    """int64 [num_keys]: the least of `values` per key in [0, num_keys) (-1 for a key not present); one
+    scatter (a sort, as np.unique would do, costs more on the ~100K far cells of a catalogue)."""
+    big = np.iinfo(np.int64).max
+    out = torch.full((num_keys,), big, dtype=torch.int64)
+    out.scatter_reduce_(0, torch.from_numpy(np.ascontiguousarray(key, dtype=np.int64)),
+                        torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64)), reduce="amin")
+    out = out.numpy()
+    return np.where(out == big, -1, out)
