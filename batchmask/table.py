@@ -32,7 +32,7 @@ import torch
 from .automaton import Automaton, byte_table
 from .classes import classes_of, first_of_each, in_first_use_order, refine
 from .next_codes import encode_relative, encode_targets, index_targets
-from .table_blocks import block_rows, block_segments, far_mask, shapes, value_rows
+from .table_blocks import block_first_use, block_rows, block_segments, block_templates, far_mask, shapes, value_rows
 from .table_write import RowParts
 from .tokensim import ByteSteps, VocabPrep, after_stops, explicit_columns
 
@@ -116,7 +116,6 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     # every class has a token (dense ids), so a row is dead iff it has no legal entry
     dead = (E > 0 and bool((torch.bincount(ex_r, minlength=E) == 0).any())) or \
         (len(vcodes) > 0 and bool(((vcodes.amax(1) == -1) & (vcodes.amin(1) == -1)).any()))
-    state_row = torch.full((S + 1,), -1, dtype=torch.int64, device=dev)
     if not bool(dead):
         s = explicit.index_select(0, ex_r)
         ex_code = torch.where(_forward(ex_n, s, done), encode_relative(ex_n, s), ex_n)
@@ -128,9 +127,22 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
                          index_targets(torch.cat([ex_code, torch.tensor([done], device=dev)]), explicit_targets),
                          vcodes, spread, C)
         row_of = parts.row_classes()
-        state_row[explicit] = row_of[:E]
-        state_row[done] = row_of[E]
-        block_rows(state_row, layouts, row_of.index_select(0, E + 1 + v_row))
+        # rows numbered by first use (state ids), found from the parts: explicit states, done, and per block
+        # pattern its template's first offsets in its first block; state_row is written once, renumbered
+        templates = block_templates(layouts, row_of.index_select(0, E + 1 + v_row))
+        R = int(row_of.max()) + 1
+        first = np.full(R, np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(first, row_of[:E + 1].cpu().numpy(), np.append(explicit.cpu().numpy(), done))
+        block_first_use(templates, first)
+        row_order = np.argsort(first, kind="stable")
+        renumber = np.empty(R, dtype=np.int64)
+        renumber[row_order] = np.arange(R)
+        rows_np = np.full(S + 1, -1, dtype=np.int16 if parts.width(R) == torch.int16 else np.int32)
+        rows_np[explicit.cpu().numpy()] = renumber[row_of[:E].cpu().numpy()]
+        rows_np[done] = renumber[int(row_of[E])]
+        block_rows(rows_np, templates, renumber)
+        state_row = torch.from_numpy(rows_np).to(dev)
+        row_order = torch.from_numpy(row_order).to(dev)
     else:
         # Some state has no way out (a vocabulary without some bytes): prune on the full table.
         value_ids, which, codes, _ = value_part(lambda blk, n, d: far(blk, None, d), False)
@@ -148,29 +160,29 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
         relative &= full >= 0
         states = torch.arange(S + 1, device=dev)[:, None]
         codes = torch.where(relative, encode_relative(full, states), full)
-        state_row, uniq = classes_of(codes)
+        state_row, uniq = classes_of(codes)                                            # [S + 1]
         codes, targets = encode_targets(codes)
         empty = torch.zeros(0, dtype=torch.int64, device=dev)
         parts = RowParts(0, empty, empty, empty, codes.index_select(0, uniq).to(torch.int32),
                          torch.arange(C, device=dev), C)
         state_row = parts.row_classes().index_select(0, state_row)        # the rows are distinct already
         seg_start = seg_base = torch.zeros(1, dtype=torch.int64, device=dev)           # one segment: plain
+        state_row, row_order = in_first_use_order(state_row)
     assert int(state_row.min()) >= 0, "every state has a row"
-    # Number rows by first use and write the table in that order, its equal columns merged and numbered by
-    # first use too (keys are sufficient, not necessary), so equal grammars give equal tables whatever the
+    # Rows are numbered by first use; the table is written in that order, its equal columns merged and numbered
+    # by first use too (keys are sufficient, not necessary), so equal grammars give equal tables whatever the
     # hashing did (table_write.py).
-    state_row, row_order = in_first_use_order(state_row)
     token_class, row_next, row_legal = parts.write(row_order, token_class)
     final = torch.zeros(S + 1, dtype=torch.bool, device=dev)
     final[acc] = True
     final[done] = True
     row_final = torch.zeros(row_next.shape[0], dtype=torch.bool, device=dev)
-    row_final[state_row[final]] = True
+    row_final[state_row[final].long()] = True
     # accepting is a property of the row (its stop moves): no other state may share an accepting state's row.
     # Block cells are never accepting, and a far cell has the row of a computed one: checking the explicit
     # states and the computed cells checks them all.
     seen = torch.cat([explicit, value_ids, torch.tensor([done], device=dev)])
-    assert torch.equal(row_final[state_row[seen]], final[seen]), "accepting is a property of the row"
+    assert torch.equal(row_final[state_row[seen].long()], final[seen]), "accepting is a property of the row"
     return dict(token_class=token_class, state_row=state_row, row_next=row_next, row_legal=row_legal,
                 row_final=row_final, targets=targets, segment_start=seg_start, segment_base=seg_base,
                 done_state=done)

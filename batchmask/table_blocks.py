@@ -127,21 +127,39 @@ def _far_sources(blk, fm: np.ndarray, sel: np.ndarray):
     return at[rest], first[rest]
 
 
-def block_rows(state_row: torch.Tensor, layouts: list, cell_row: torch.Tensor) -> None:
-    """Every block cell's row into state_row [S + 1]: per shape and pattern one row per cell offset (computed
-    cells their own, far cells their sub-state's first far cell's, see far_mask), copied to each block of it
-    (one slice each: no per-cell index arrays over the million cells of a large union)."""
-    out, rows = state_row.numpy() if state_row.device.type == "cpu" else None, cell_row.cpu().numpy()
+def block_templates(layouts: list, cell_row: torch.Tensor) -> list:
+    """Per shape and pattern, the row of every cell offset (computed cells their own, far cells their
+    sub-state's first far cell's, see far_mask): [(layout, int64 [P, size])]."""
+    rows = cell_row.cpu().numpy()
+    out = []
     for L in layouts:
         n = len(L.sel)
         tmpl = np.empty((L.P, L.size), dtype=np.int64)
         tmpl[:, L.sel] = rows[L.made:L.made + L.P * n].reshape(L.P, n)
         tmpl[:, L.far] = tmpl[:, L.src]
-        for j, b in enumerate(L.bases.tolist()):
-            if out is not None:
-                out[b:b + L.size] = tmpl[L.pattern_of[j]]
-            else:
-                state_row[b:b + L.size] = torch.from_numpy(tmpl[L.pattern_of[j]]).to(state_row.device)
+        out.append((L, tmpl))
+    return out
+
+
+def block_first_use(templates: list, first: np.ndarray) -> None:
+    """Lower first[r] (int64 [R]) to the first block cell using row r: in each pattern's first block (the
+    lowest base), each row's first offset in the template."""
+    for L, tmpl in templates:
+        lowest = np.full(L.P, np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(lowest, L.pattern_of, L.bases)
+        for p in range(L.P):
+            rows, at = np.unique(tmpl[p], return_index=True)
+            np.minimum.at(first, rows, lowest[p] + at)
+
+
+def block_rows(state_row: np.ndarray, templates: list, renumber: np.ndarray) -> None:
+    """Every block cell's row into state_row (numpy [S + 1]), rows renumbered (renumber[old] = new): each
+    pattern's template copied to each block of it, one slice each (no per-cell index arrays over the million
+    cells of a large union)."""
+    for L, tmpl in templates:
+        tmpl = renumber[tmpl].astype(state_row.dtype)
+        for b, p in zip(L.bases.tolist(), L.pattern_of.tolist()):
+            state_row[b:b + L.size] = tmpl[p]
 
 
 def block_segments(aut, after_ev, blocks_of, explicit_targets: torch.Tensor, done: int, dev):

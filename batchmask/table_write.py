@@ -115,6 +115,13 @@ class RowParts:
     # ------------------------------------------------------------------------------------------------------
     # the table
 
+    def width(self, R: int) -> torch.dtype:
+        """The table's integer width with R rows: int16 where every code and row index fits, else int32."""
+        codes = [x for x in (self.code, self.dense) if x.numel()]
+        lo = min([-1] + [int(x.min()) for x in codes])
+        hi = max([-1] + [int(x.max()) for x in codes])
+        return torch.int16 if -32768 <= lo and hi <= 32767 and R <= 32767 else torch.int32
+
     def write(self, row_order: torch.Tensor, token_class: torch.Tensor):
         """The table with row r = the rows of class row_order[r] (row_classes' ids), columns merged where equal
         and numbered by first use over the tokens. Returns (token_class [V], row_next [R, K] int16 where every
@@ -141,9 +148,7 @@ class RowParts:
         col_src = torch.empty(K, dtype=torch.int64, device=dev)
         col_src[final_col] = torch.arange(C, device=dev)                    # a class of each final column
 
-        lo = min([-1] + ([int(e_code.min())] if len(e_code) else []) + ([int(self.dense.min())] if Rd else []))
-        hi = max([-1] + ([int(e_code.max())] if len(e_code) else []) + ([int(self.dense.max())] if Rd else []))
-        dtype = torch.int16 if -32768 <= lo and hi <= 32767 and R <= 32767 else torch.int32
+        dtype = self.width(R)
         if dev.type == "cpu":                # numpy's fill is ~5x torch's for int16
             table = torch.from_numpy(np.full((R, K), -1, dtype=np.int16 if dtype == torch.int16 else np.int32))
         else:
