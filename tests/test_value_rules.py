@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from batchmask.automaton import row_classes
@@ -56,5 +57,7 @@ def test_cells_numbering_and_kept_layouts(monkeypatch):
             cells = np.argwhere(want >= 0)
             order = np.argsort(want[want >= 0])
             assert np.array_equal(ns, cells[order, 0]) and np.array_equal(qs, cells[order, 1])
-            ns[:] = -5                                          # the caller's copy: the kept layout is untouched
+            with pytest.raises(ValueError, match="read-only"):          # shared with the kept layout: not
+                ns[:] = -5                                              # to be written (blocks only read it)
+            grid[:] = -5                                        # the grid is the caller's own
         assert len(vt._torch["cells"]) == 2

@@ -1,0 +1,50 @@
+"""tokensim.explicit_columns against the plain walk: every token fed byte by byte through the byte table from
+every explicit state (the grouping by first, second and third byte must neither lose nor invent a move)."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from batchmask.tokensim import ByteSteps, FlatVocab, explicit_columns
+
+
+def plain(delta: np.ndarray, byte_class: np.ndarray, edges: np.ndarray, tokens: list[bytes]) -> set:
+    """{(src, token, next)}: for each edge (src, first byte, state after it), each token starting with that byte."""
+    out = set()
+    for src, b, after in edges.tolist():
+        if after < 0:
+            continue
+        for t, text in enumerate(tokens):
+            if not text or text[0] != b:
+                continue
+            s = after
+            for x in text[1:]:
+                s = int(delta[s, byte_class[x]])
+                if s < 0:
+                    break
+            if s >= 0:
+                out.add((src, t, s))
+    return out
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(1, 12), st.integers(2, 5))
+def test_explicit_columns_are_the_plain_walk(seed, S, alphabet):
+    rng = np.random.default_rng(seed)
+    letters = b"abcde"[:alphabet]
+    # tokens of 0..6 bytes over a small alphabet (so groups share prefixes), some twice
+    tokens = [bytes(rng.choice(list(letters), size=int(rng.integers(0, 7)))) for _ in range(60)]
+    tokens += tokens[:5] + [bytes([x]) for x in letters]
+    byte_class = np.zeros(256, dtype=np.int64)
+    byte_class[list(letters)] = np.arange(1, alphabet + 1)
+    K = alphabet + 1
+    delta = np.where(rng.random((S, K)) < 0.6, rng.integers(0, S, (S, K)), -1).astype(np.int32)   # [S, K]
+    edges = np.array([(s, int(b), int(delta[s, byte_class[b]])) for s in range(S) for b in letters], dtype=np.int64)
+    vocab = FlatVocab(tokens, "cpu")
+    steps = ByteSteps.of(delta, byte_class, vocab, "cpu")
+    src, tok, nxt = explicit_columns(torch.as_tensor(edges), steps, vocab)
+    got = list(zip(src.tolist(), tok.tolist(), nxt.tolist()))
+    assert len(got) == len(set(got))                                   # each (state, token) at most once
+    assert set(got) == plain(delta, byte_class, edges, tokens)
