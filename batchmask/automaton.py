@@ -128,11 +128,23 @@ def _entry_tails(aut: Automaton, tails: np.ndarray) -> np.ndarray:
     return out
 
 
+def explicit_states(aut: Automaton) -> np.ndarray:
+    """int64 [E]: the states that are not block cells, ascending (blocks are ranges of ids: no per-state pass)."""
+    S = aut.num_states
+    if not aut.blocks:
+        return np.arange(S)
+    bounds = np.array(sorted((b.base, b.base + b.size) for b in aut.blocks), dtype=np.int64)     # [B, 2]
+    gaps = np.stack([np.concatenate([[0], bounds[:, 1]]), np.concatenate([bounds[:, 0], [S]])], 1)  # [B + 1, 2]
+    gaps = gaps[gaps[:, 1] > gaps[:, 0]]
+    n = gaps[:, 1] - gaps[:, 0]
+    return np.repeat(gaps[:, 0] - np.concatenate([[0], np.cumsum(n)[:-1]]), n) + np.arange(int(n.sum()))
+
+
 def byte_table(aut: Automaton, token_len: int, tails: np.ndarray | None = None):
     """The transitions of the states a token's bytes can reach from an explicit state, per byte class.
 
     Returns (delta int32 [Sc, K] in compact ids, -1 illegal; byte_class int64 [256]; to_compact
-    int64 [S], -1 for states left out; from_compact int64 [Sc]). A token of at most `token_len`
+    int32 [S], -1 for states left out; from_compact int64 [Sc]). A token of at most `token_len`
     bytes that enters a block at count n never gets past count n + token_len - 1, so each block
     needs rows only that deep; the deeper cells are handled by the table builder's per-token
     arithmetic instead. The table thus stays small whatever a value's cap is. With `tails`
@@ -146,13 +158,15 @@ def byte_table(aut: Automaton, token_len: int, tails: np.ndarray | None = None):
     K = int(byte_class.max()) + 1
     rep = np.zeros(K, dtype=np.int64)
     rep[byte_class[::-1]] = np.arange(255, -1, -1)            # one byte per class (any will do)
-    keep = np.ones(S, dtype=bool)
-    depth = []                                                 # per block: how deep its rows go
+    depth, kept = [], []                                       # per block: how deep its rows go, cells kept
     after = _entry_tails(aut, tails) if tails is not None else [max(token_len, 1) - 1] * len(aut.blocks)
     for blk, t in zip(aut.blocks, after):
         depth.append(min(blk.max + 1, blk.entry_depth + 1 + max(int(t), 0)))
-        keep[blk.base:blk.base + blk.size] = blk.ns < depth[-1]
-    from_compact = np.flatnonzero(keep)
+        kept.append(int(np.searchsorted(blk.ns, depth[-1])))  # cells are in count order: the first ones
+    explicit = explicit_states(aut)
+    from_compact = np.concatenate([explicit] + [blk.base + np.arange(k) for blk, k in zip(aut.blocks, kept)]) \
+        if aut.blocks else explicit
+    from_compact.sort()
     to_compact = np.full(S + 1, -1, dtype=np.int32)          # index S (= -1 wrapped) stays -1
     to_compact[from_compact] = np.arange(len(from_compact))
     delta = np.full((len(from_compact), K), -1, dtype=np.int32)
@@ -178,9 +192,9 @@ def byte_table(aut: Automaton, token_len: int, tails: np.ndarray | None = None):
         rows_up = int(inc.max(initial=0)) + 1                               # grid rows a kept cell may reach past n
         cells, grids, gstart, nb = [], [], [0], []
         for k, b in zip(ks, blocks):
-            sel = np.flatnonzero(keep[b.base:b.base + b.size])
-            cells.append(np.stack([b.base + sel, b.ns[sel], b.qs[sel]]))
-            nb.append(len(sel))
+            n = kept[k]                                                     # its first n cells
+            cells.append(np.stack([b.base + np.arange(n), b.ns[:n], b.qs[:n]]))
+            nb.append(n)
             # the grid rows a kept cell can reach (compact ids), padded with illegal rows past the cap
             top = min(depth[k], b.max + 1) + rows_up
             g = np.full((top, Q), -1, dtype=np.int64)
@@ -202,4 +216,4 @@ def byte_table(aut: Automaton, token_len: int, tails: np.ndarray | None = None):
             exits = np.stack([b.exits[rep] for b in blocks])[j[ends]]      # [Ne, K] the state after each ending byte
             cur = delta[rows[ends]]
             delta[rows[ends]] = np.where(exits >= 0, to_compact[exits], cur)
-    return delta, byte_class, to_compact[:S].astype(np.int64), from_compact
+    return delta, byte_class, to_compact[:S], from_compact

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .automaton import Automaton, byte_table
+from .automaton import Automaton, byte_table, explicit_states
 from .classes import classes_of, first_of_each, in_first_use_order, refine
 from .next_codes import encode_relative, encode_targets, index_targets
 from .table_blocks import block_first_use, block_rows, block_segments, block_templates, far_mask, shapes, value_rows
@@ -48,14 +48,12 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     to_c, from_c = torch.as_tensor(to_c_np, device=dev), torch.as_tensor(from_c_np, device=dev)
 
     # Explicit states: sparse (state, token, next) triples.
-    is_block = np.zeros(S, dtype=bool)
-    for blk in aut.blocks:
-        is_block[blk.base:blk.base + blk.size] = True
-    explicit = torch.as_tensor(np.flatnonzero(~is_block), device=dev)                  # [E]
-    row_of_explicit = torch.full((S,), -1, dtype=torch.int64, device=dev)
-    row_of_explicit[explicit] = torch.arange(len(explicit), device=dev)
+    explicit = torch.as_tensor(explicit_states(aut), device=dev)                         # [E] ascending
+
+    def row_of_explicit(states):                            # explicit state id -> its index in `explicit`
+        return torch.searchsorted(explicit, states)
     edges = torch.as_tensor(aut.edges, device=dev).reshape(-1, 3)
-    edges_c = torch.stack([edges[:, 0], edges[:, 1], to_c[edges[:, 2]]], 1)
+    edges_c = torch.stack([edges[:, 0], edges[:, 1], to_c[edges[:, 2]].long()], 1)
     src, tok, nxt = explicit_columns(edges_c, steps, vocab)
     nxt = from_c[nxt]
 
@@ -101,8 +99,8 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     sel = rep_pos[tok] >= 0
     stop_classes = torch.unique(token_class[list(prep.stop_ids)])
     acc = torch.as_tensor(aut.accepting, device=dev).long()
-    acc_rows = row_of_explicit[acc]
-    ex_r = torch.cat([row_of_explicit[src[sel]], acc_rows.repeat_interleave(len(stop_classes))])
+    acc_rows = row_of_explicit(acc)
+    ex_r = torch.cat([row_of_explicit(src[sel]), acc_rows.repeat_interleave(len(stop_classes))])
     ex_c = torch.cat([rep_pos[tok[sel]], stop_classes.repeat(len(acc_rows))])
     ex_n = torch.cat([nxt[sel], torch.full((len(acc_rows) * len(stop_classes),), done, device=dev)])
     eos_class = token_class[prep.eos_id].reshape(1)        # in `done` only eos is legal; it stays there

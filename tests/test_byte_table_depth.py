@@ -25,7 +25,7 @@ def moves(aut, prep, tails):
     steps = ByteSteps.of(delta, byte_class, vocab, "cpu")
     to_c, from_c = torch.as_tensor(to_c), torch.as_tensor(from_c)
     e = torch.as_tensor(aut.edges).reshape(-1, 3)
-    src, tok, nxt = explicit_columns(torch.stack([e[:, 0], e[:, 1], to_c[e[:, 2]]], 1), steps, vocab)
+    src, tok, nxt = explicit_columns(torch.stack([e[:, 0], e[:, 1], to_c[e[:, 2]].long()], 1), steps, vocab)
     cols = sorted(zip(src.tolist(), tok.tolist(), from_c[nxt].tolist()))
     after = {}
     for vt in aut.value_types():
