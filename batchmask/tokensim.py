@@ -68,7 +68,7 @@ class FlatVocab:
         third = np.where(lengths > 2, flat[np.minimum(off + 2, len(flat) - 1)], 256)
         pair_key = group.cpu().numpy()
         key3 = np.where(lengths > 1, pair_key * 257 + third, -1)                                      # [V]
-        self.by_trip = np.argsort(key3, kind="stable")                                                   # [V]
+        self.by_trip = np.argsort(key3)                      # [V] (the order inside a subgroup does not matter)
         keys, at, n = np.unique(key3[self.by_trip], return_index=True, return_counts=True)
         real = keys >= 0                                                                                 # two bytes+
         keys, self.trip_at, self.trip_n = keys[real], at[real], n[real]
