@@ -31,12 +31,12 @@ def classes_of(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # exact dot products as a float64 matmul (every partial sum is an integer below 2^52 in
         # magnitude); no shifted copy of the keys: the sign does not matter to the grouping
         h = _rows_dot(keys, weights.double()).long()                                   # [V, 2]
-        _, inverse = torch.unique(_pair_key(h[:, 0], h[:, 1], bound), return_inverse=True)
+        _, inverse = torch.unique(pair_key(h[:, 0], h[:, 1], bound), return_inverse=True)
     elif bound < (1 << 62):
         # exact int64 dot products (CPU int64 matmul has no fast path: multiply and sum instead)
         wide = keys.long()
         h = torch.stack([(wide * weights[:, j]).sum(1) for j in range(2)], 1)           # [V, 2]
-        _, inverse = torch.unique(_pair_key(h[:, 0], h[:, 1], bound), return_inverse=True)
+        _, inverse = torch.unique(pair_key(h[:, 0], h[:, 1], bound), return_inverse=True)
     else:
         _, inverse = torch.unique(keys, dim=0, return_inverse=True)
     rep = first_of_each(inverse)
@@ -59,7 +59,7 @@ def _rows_dot(keys: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _pair_key(h0: torch.Tensor, h1: torch.Tensor, bound: int) -> torch.Tensor:
+def pair_key(h0: torch.Tensor, h1: torch.Tensor, bound: int) -> torch.Tensor:
     """One int64 per pair of hashes (|h| < bound): exact while the first fits in 41 bits, else mixed."""
     if bound <= (1 << 41):
         return h0 * (1 << 21) + torch.remainder(h1, 1 << 21)
@@ -182,7 +182,7 @@ def column_classes(m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     for s in range(0, R, step):                 # a block of rows at a time (see _rows_dot); partial sums exact
         h.addmm_(weights[:, s:s + step], m[s:s + step].double())
     h = h.long()
-    _, inverse = torch.unique(_pair_key(h[0], h[1], bound), return_inverse=True)
+    _, inverse = torch.unique(pair_key(h[0], h[1], bound), return_inverse=True)
     rep = first_of_each(inverse)
     if not _members_equal(m, inverse, rep, dim=1):                                  # a hash collision
         return classes_of(m.T.contiguous())

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .classes import _pair_key, classes_of, column_classes, first_of_each, in_first_use_order, sparse_classes
+from .classes import classes_of, column_classes, first_of_each, in_first_use_order, pair_key, sparse_classes
 
 _WEIGHT_BITS = 20
 
@@ -85,7 +85,7 @@ class RowParts:
         h[:Su].index_add_(0, e_item, w.index_select(0, e_col) * (e_code + 1)[:, None])
         if Rd:
             h[Su:] = _dense_dot(self.dense, wd, exact=bound < (1 << 52))
-        _, cls = torch.unique(_pair_key(h[:, 0], h[:, 1], bound), return_inverse=True)
+        _, cls = torch.unique(pair_key(h[:, 0], h[:, 1], bound), return_inverse=True)
         rep = first_of_each(cls)
         shared = torch.nonzero(torch.bincount(cls, minlength=len(rep))[cls] > 1).flatten()
         if len(shared):
@@ -126,6 +126,8 @@ class RowParts:
         """The table with row r = the rows of class row_order[r] (row_classes' ids), columns merged where equal
         and numbered by first use over the tokens. Returns (token_class [V], row_next [R, K] int16 where every
         code and row index fits, else int32, row_legal int32 [R])."""
+        if self._grouped is None:
+            raise RuntimeError("RowParts.write: call row_classes first (the rows are written by their classes)")
         sid, Su, e_item, e_col, e_code, cls = self._grouped
         dev = self.dense.device
         C, Rd = self.num_classes, self.dense.shape[0]

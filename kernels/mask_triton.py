@@ -69,24 +69,26 @@ def _code(state_row_ptr, row_next_ptr, s, cls, C, mask):
 
 
 @triton.jit
-def _segment_base(s, seg_start_ptr, seg_base_ptr, n_seg):
+def _segment_base(s, need, seg_start_ptr, seg_base_ptr, n_seg):
     # batchmask.next_codes.segment_bases: segment_base[k], k the last segment with segment_start[k] <= s
-    # (segment_start[0] = 0), by a branchless binary search of 20 halvings (next_codes.SEGMENT_BITS)
+    # (segment_start[0] = 0), by a branchless binary search of 20 halvings (next_codes.SEGMENT_BITS). Only
+    # where `need` (an absolute code) does it read memory: a step inside a value or along literal text, the
+    # common case, costs no loads, and a search costs log2(segments) of them, the rest masked off
     k = s * 0
     half = k + 524288                                   # 2 ** (next_codes.SEGMENT_BITS - 1)
     for _ in tl.static_range(20):
         cand = k + half
-        inside = cand < n_seg
+        inside = need & (cand < n_seg)
         first = tl.load(seg_start_ptr + tl.where(inside, cand, 0), mask=inside, other=0)
         k = tl.where(inside & (first <= s), cand, k)
         half = half // 2
-    return tl.load(seg_base_ptr + k)
+    return tl.load(seg_base_ptr + k, mask=need, other=0)
 
 
 @triton.jit
 def _decode_next(code, s, targets_ptr, seg_start_ptr, seg_base_ptr, n_seg):
     # batchmask.next_codes.decode_next, jitted (tests/test_kernels.py checks the two agree on every kind)
-    base = _segment_base(s, seg_start_ptr, seg_base_ptr, n_seg)
+    base = _segment_base(s, code >= 0, seg_start_ptr, seg_base_ptr, n_seg)
     absolute = tl.load(targets_ptr + base + tl.maximum(code, 0), mask=code >= 0, other=0)
     return tl.where(code >= 0, absolute, tl.where(code == -1, -1, s - 2 - code))
 
