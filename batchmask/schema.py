@@ -14,6 +14,7 @@ difference: U+007F is written \\u007f, as every string body here (JsonStr) write
 from __future__ import annotations
 
 import json
+import threading
 from collections import OrderedDict
 from dataclasses import replace
 
@@ -42,20 +43,23 @@ def _build(schema, ptr: str, ctx: Ctx) -> Node:
     depth, no $ref in play) is the node built then: tool sets repeat their parameters' schemas."""
     key = _memo_key(schema, ctx)
     if key is not None:
-        got = _BUILT.get(key)
-        if got is not None:
-            _BUILT.move_to_end(key)
-            return got
+        with _BUILT_LOCK:
+            got = _BUILT.get(key)
+            if got is not None:
+                _BUILT.move_to_end(key)
+                return got
     node = _build_new(schema, ptr, ctx)
     if key is not None:
-        _BUILT[key] = node
-        while len(_BUILT) > BUILT_KEPT:
-            _BUILT.popitem(last=False)
+        with _BUILT_LOCK:
+            _BUILT[key] = node
+            while len(_BUILT) > BUILT_KEPT:
+                _BUILT.popitem(last=False)
     return node
 
 
-BUILT_KEPT = 4096
+BUILT_KEPT = 4096               # subschema nodes kept (least recently used go first)
 _BUILT: OrderedDict = OrderedDict()
+_BUILT_LOCK = threading.Lock()  # compiles may run in threads (a server's requests)
 
 
 def _memo_key(schema, ctx: Ctx):

@@ -213,3 +213,28 @@ def test_registry_options_apply_to_the_check():
     ToolRegistry.from_obj(entry)
     with pytest.raises(SchemaError, match="tool 'x' parameters: #/properties/a/items: nesting deeper"):
         ToolRegistry.from_obj(entry, options=SchemaOptions(max_depth=2))
+
+
+def test_a_subschema_met_before_is_reused_only_in_the_same_context(monkeypatch):
+    """schema._build keeps the node of a subschema it has built (tool sets repeat parameter schemas); the node of
+    the same JSON in another context (options, separators, depth, under a $ref) is built afresh, so a refusal
+    there is not hidden by an earlier success, and the reused node is the one built without the memo."""
+    from batchmask import schema as schema_mod
+    sub = {"type": "array", "items": {"type": "integer"}, "maxItems": 2}
+    shallow = {"type": "object", "properties": {"a": sub}, "required": ["a"]}
+    deep = {"type": "object", "properties": {"a": sub, "b": {"type": "object", "properties": {"c": sub}}}}
+    opts = SchemaOptions(max_depth=2)
+    schema_node(shallow, opts)                                   # `sub` at depth 1 is fine: kept
+    with pytest.raises(SchemaError, match=r"#/properties/b/properties/c: nesting deeper than max_depth=2"):
+        schema_node(deep, opts)                                  # at depth 2 it is not, though met before
+    with_memo = schema_node(deep, SchemaOptions(max_depth=3))
+    monkeypatch.setattr(schema_mod, "BUILT_KEPT", 0)               # nothing kept: every node built afresh
+    schema_mod._BUILT.clear()
+    assert schema_node(deep, SchemaOptions(max_depth=3)) == with_memo
+    assert schema_node(shallow, SchemaOptions(max_string_length=5), separators=(", ", ": ")) != \
+        schema_node(shallow, SchemaOptions(max_string_length=5))
+    monkeypatch.setattr(schema_mod, "BUILT_KEPT", 4096)
+    ref = {"type": "object", "properties": {"a": {"$ref": "#/$defs/x"}}, "required": ["a"]}
+    ints = schema_node({**ref, "$defs": {"x": {"type": "integer", "minimum": 0, "maximum": 3}}})
+    bools = schema_node({**ref, "$defs": {"x": {"type": "boolean"}}})     # the same text, another root
+    assert ints != bools
