@@ -147,13 +147,17 @@ def refine(base: torch.Tensor, item: torch.Tensor, col: torch.Tensor, val: torch
     """Split the classes `base` [V] (dense ids) by sparse rows {col: val} per item (each (item, col) once).
 
     Items with equal base class and equal sparse rows keep one class; items without entries keep
-    their base class. Only the items with entries are sorted, never all V (the vocabulary can be
-    150K tokens). Returns dense class ids [V].
+    their base class. Items are ids into `base` [V]. Returns dense class ids [V].
     """
     dev = base.device
     if len(item) == 0:
         return base
-    items, local = torch.unique(item, return_inverse=True)                    # [T], [P]
+    # the items with entries, ascending, and each entry's index among them: a mark per id, not a sort of the
+    # entries (there can be a million, for states where thousands of tokens are legal)
+    seen = torch.zeros(len(base), dtype=torch.int64, device=dev)
+    seen[item] = 1
+    items = torch.nonzero(seen).flatten()                                      # [T]
+    local = (torch.cumsum(seen, 0) - 1).index_select(0, item)                  # [P]
     rows = sparse_classes(local, col, val, len(items))                         # [T]
     B = int(base.max()) + 1
     pair = base[items] * (int(rows.max()) + 1) + rows

@@ -112,3 +112,25 @@ def test_sparse_classes_group_equal_entry_sets(n, raw, collide):
         for b in range(n):
             assert (ref[a] == ref[b]) == (int(ids[a]) == int(ids[b]))
         assert (int(ids[a]) == 0) == (not ref[a]) or not any(not r for r in ref)   # no entries: class 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=12),
+       st.lists(st.tuples(st.integers(0, 11), st.integers(0, 4), st.integers(-2, 2)), max_size=40))
+def test_refine_splits_classes_by_entries(base_ids, raw):
+    base = torch.tensor(base_ids)
+    base = torch.unique(base, return_inverse=True)[1]                        # dense ids, as refine expects
+    V = len(base)
+    seen, triples = set(), []
+    for i, c, v in raw:
+        if i < V and (i, c) not in seen:
+            seen.add((i, c))
+            triples.append((i, c, v))
+    item, col, val = (torch.tensor([t[k] for t in triples], dtype=torch.int64) for k in range(3))
+    out = classes.refine(base, item, col, val)
+    sets = sparse_reference(item.tolist(), col.tolist(), val.tolist(), V)
+    key = [(int(base[i]), sets[i]) for i in range(V)]                       # the class of an id: both together
+    for a in range(V):
+        for b in range(V):
+            assert (key[a] == key[b]) == (int(out[a]) == int(out[b]))
+    assert sorted(set(out.tolist())) == list(range(int(out.max()) + 1))    # dense ids
