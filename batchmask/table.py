@@ -125,22 +125,8 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
                          index_targets(torch.cat([ex_code, torch.tensor([done], device=dev)]), explicit_targets),
                          vcodes, spread, C)
         row_of = parts.row_classes()
-        # rows numbered by first use (state ids), found from the parts: explicit states, done, and per block
-        # pattern its template's first offsets in its first block; state_row is written once, renumbered
         templates = block_templates(layouts, row_of.index_select(0, E + 1 + v_row))
-        R = int(row_of.max()) + 1
-        first = np.full(R, np.iinfo(np.int64).max, dtype=np.int64)
-        np.minimum.at(first, row_of[:E + 1].cpu().numpy(), np.append(explicit.cpu().numpy(), done))
-        block_first_use(templates, first)
-        row_order = np.argsort(first, kind="stable")
-        renumber = np.empty(R, dtype=np.int64)
-        renumber[row_order] = np.arange(R)
-        rows_np = np.full(S + 1, -1, dtype=np.int16 if parts.width(R) == torch.int16 else np.int32)
-        rows_np[explicit.cpu().numpy()] = renumber[row_of[:E].cpu().numpy()]
-        rows_np[done] = renumber[int(row_of[E])]
-        block_rows(rows_np, templates, renumber)
-        state_row = torch.from_numpy(rows_np).to(dev)
-        row_order = torch.from_numpy(row_order).to(dev)
+        state_row, row_order = _state_rows(row_of, explicit, done, templates, parts)
     else:
         # Some state has no way out (a vocabulary without some bytes): prune on the full table.
         value_ids, which, codes, _ = value_part(lambda blk, n, d: far(blk, None, d), False)
@@ -184,6 +170,28 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     return dict(token_class=token_class, state_row=state_row, row_next=row_next, row_legal=row_legal,
                 row_final=row_final, targets=targets, segment_start=seg_start, segment_base=seg_base,
                 done_state=done)
+
+
+def _state_rows(row_of: torch.Tensor, explicit: torch.Tensor, done: int, templates: list, parts: RowParts):
+    """(state_row [S + 1] in the table's width, row_order [R]: the row class of each table row) with rows
+    numbered by first use over the states. row_of: the row class of each explicit state, of done (index E)
+    and of the block rows behind `templates` (table_blocks.block_templates). The first use of each class
+    comes from the parts (explicit states, done, and per block pattern its template's first offsets in its
+    first block), and state_row is written once, already renumbered: no pass over a union's million cells."""
+    dev, E = row_of.device, len(explicit)
+    R = int(row_of.max()) + 1
+    ex = explicit.cpu().numpy()
+    first = np.full(R, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, row_of[:E + 1].cpu().numpy(), np.append(ex, done))
+    block_first_use(templates, first)
+    order = np.argsort(first, kind="stable")
+    renumber = np.empty(R, dtype=np.int64)
+    renumber[order] = np.arange(R)
+    out = np.full(done + 1, -1, dtype=np.int16 if parts.width(R) == torch.int16 else np.int32)
+    out[ex] = renumber[row_of[:E].cpu().numpy()]
+    out[done] = renumber[int(row_of[E])]
+    block_rows(out, templates, renumber)
+    return torch.from_numpy(out).to(dev), torch.from_numpy(order).to(dev)
 
 
 # An explicit state's forward moves (not to `done`) are stored relative when they reach no further than
