@@ -32,7 +32,16 @@ import torch
 from .automaton import Automaton, byte_table, explicit_states
 from .classes import classes_of, first_of_each, in_first_use_order, refine
 from .next_codes import encode_relative, encode_targets, index_targets
-from .table_blocks import block_first_use, block_rows, block_segments, block_templates, far_mask, shapes, value_rows
+from .table_blocks import (
+    block_first_use,
+    block_rows,
+    block_segments,
+    block_templates,
+    exit_classes,
+    far_mask,
+    shapes,
+    value_rows,
+)
 from .table_write import RowParts
 from .tokensim import ByteSteps, VocabPrep, after_stops, explicit_columns
 
@@ -64,6 +73,7 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     shapes_of = {name: shapes(aut, ks) for name, ks in blocks_of.items()}              # blocks alike but for exits
     after_ev = {name: after_stops(sigs[name], [aut.blocks[k] for k in ks], steps, to_c, from_c, vocab)
                 for name, ks in blocks_of.items()}                                     # [B_vt, E_vt]
+    exits = {name: exit_classes(a) for name, a in after_ev.items()}                   # events alike, once
 
     # Token keys: first how a token behaves in block cells (role: eos / other stop / text; its
     # signatures; what follows a value it ends), then with its explicit columns as well. Block
@@ -106,7 +116,7 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     eos_class = token_class[prep.eos_id].reshape(1)        # in `done` only eos is legal; it stays there
 
     def value_part(far_fn, segments):
-        return value_rows(aut, sigs, after_ev, blocks_of, shapes_of, value_rep, far_fn, dev, segments)
+        return value_rows(aut, sigs, exits, blocks_of, shapes_of, value_rep, far_fn, dev, segments)
 
     value_ids, which, codes, layouts = value_part(far, True)                           # [Nk], [Nk], [M, Cv]
     v_row, v_uniq = classes_of(codes)                                                  # [M] equal rows once
@@ -119,7 +129,7 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
         ex_code = torch.where(_forward(ex_n, s, done), encode_relative(ex_n, s), ex_n)
         # the target list: the explicit states' few absolute moves, then every block's exits (segments)
         explicit_targets = torch.unique(torch.cat([ex_code[ex_code >= 0], torch.tensor([done], device=dev)]))
-        targets, seg_start, seg_base = block_segments(aut, after_ev, blocks_of, explicit_targets, done, dev)
+        targets, seg_start, seg_base = block_segments(aut, exits, blocks_of, explicit_targets, done, dev)
         # rows: the explicit states' (sparse), `done`'s (sparse, row E), the block cells' (dense on value classes)
         parts = RowParts(E + 1, torch.cat([ex_r, torch.tensor([E], device=dev)]), torch.cat([ex_c, eos_class]),
                          index_targets(torch.cat([ex_code, torch.tensor([done], device=dev)]), explicit_targets),

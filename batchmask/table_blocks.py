@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .classes import column_classes
 from .next_codes import encode_relative
 from .tokensim import STAYS, STOPS
 from .values import close_ok, stays_need
@@ -38,19 +39,19 @@ def far_mask(blk, reach, dev=None) -> np.ndarray:
     return (ns >= blk.vt.far_from(blk.min)) & (ns + reach + blk.vt.max_pending <= blk.max)
 
 
-def value_rows(aut, sigs, after_ev, blocks_of, shapes_of, rep, far, dev, segments: bool):
+def value_rows(aut, sigs, exit_cls, blocks_of, shapes_of, rep, far, dev, segments: bool):
     """Next-state codes from block cells for the C class representatives.
 
     Returns (state ids [N] of the cells computed, their row [N] in `codes`, codes int32 [M, C]): a move that
     stays inside the value is relative (the only ones whose target is a fixed shift of the state), -1 is
     illegal, and a token that ends the value has an absolute code: with `segments`, the index of its ending
-    event in the block's exits (read from the block's own segment of the target list, next_codes.py), else
-    the next state itself. Blocks of one value type with the same bounds have the same cells (shapes), so
-    their rows are worked out once per shape with the ending events left open; then with `segments` every
-    pattern of legal exits among the shape's blocks gives one set of rows, shared by the blocks with that
-    pattern (wherever their exits lead), and without, every block fills in its own next states (one gather).
-    Far cells (see far_mask) are represented by the first of them per sub-state; the rest share its row
-    (block_rows).
+    event's class (exit_cls: ExitClasses per type) in the block's exits (read from the block's own segment of
+    the target list, next_codes.py), else the next state itself. Blocks of one value type with the same
+    bounds have the same cells (shapes), so their rows are worked out once per shape with the ending events
+    left open; then with `segments` every pattern of legal exits among the shape's blocks gives one set of
+    rows, shared by the blocks with that pattern (wherever their exits lead), and without, every block fills
+    in its own next states (one gather). Far cells (see far_mask) are represented by the first of them per
+    sub-state; the rest share its row (block_rows).
     """
     C = len(rep)
     ids_out, which, rows, layouts = [], [], [], []
@@ -58,7 +59,7 @@ def value_rows(aut, sigs, after_ev, blocks_of, shapes_of, rep, far, dev, segment
     for name, ks in blocks_of.items():
         vt = aut.blocks[ks[0]].vt.on(dev)
         Q, sig = vt.num_substates, sigs[name]
-        per_q = _per_substate(vt, sig, rep, after_ev[name])
+        per_q = _per_substate(vt, sig, rep, exit_cls[name])
         aft = per_q[6].view(len(ks), -1)                                          # [B_vt, E + 1] the exits
         for js in shapes_of[name].values():                                     # js: blocks of the type
             blk = aut.blocks[ks[js[0]]]
@@ -162,14 +163,32 @@ def block_rows(state_row: np.ndarray, templates: list, renumber: np.ndarray) -> 
             state_row[b:b + L.size] = tmpl[p]
 
 
-def block_segments(aut, after_ev, blocks_of, explicit_targets: torch.Tensor, done: int, dev):
+@dataclass
+class ExitClasses:
+    """A value type's ending events, grouped: events that lead to the same state from every block of the type
+    are one class (a token's close quote and a comma after it, say, whichever token it is), so rows and the
+    blocks' exit lists hold classes, not the (token, position) events of the vocabulary (tens of thousands
+    for a type whose end many tokens carry)."""
+    of_event: torch.Tensor       # int64 [E] the class of each event
+    after: torch.Tensor          # int64 [B_vt, E'] the state after each class, per block of the type (-1 illegal)
+
+
+def exit_classes(after_ev: torch.Tensor) -> ExitClasses:
+    """after_ev: int64 [B_vt, E] (tokensim.after_stops) -> its events grouped by their columns."""
+    if after_ev.shape[1] == 0:
+        return ExitClasses(torch.zeros(0, dtype=torch.int64, device=after_ev.device), after_ev)
+    of_event, first = column_classes(after_ev)
+    return ExitClasses(of_event, after_ev.index_select(1, first))
+
+
+def block_segments(aut, exits: dict, blocks_of, explicit_targets: torch.Tensor, done: int, dev):
     """The target list and its segments (next_codes.py): explicit states (and `done`) read `explicit_targets`
-    from 0; each block's cells read its exits (E states, one per ending event of its type; an illegal exit
-    holds state 0, never read) from a base of their own. Returns (targets, segment_start, segment_base)."""
+    from 0; each block's cells read its exits (a state per exit class of its type, ExitClasses; an illegal
+    exit holds state 0, never read) from a base of their own. Returns (targets, segment_start, segment_base)."""
     exits_of = {}
     for name, ks in blocks_of.items():
         for j, k in enumerate(ks):
-            exits_of[k] = after_ev[name][j]
+            exits_of[k] = exits[name].after[j]
     lists, start, base = [explicit_targets], [0], [0]
     at = explicit_targets.numel()
     order = sorted(range(len(aut.blocks)), key=lambda k: aut.blocks[k].base)
@@ -213,11 +232,12 @@ def _cells_computed(blk, fm: np.ndarray, Q: int) -> np.ndarray:
 CELL_ENTRIES = 1 << 18
 
 
-def _per_substate(vt, sig, rep, aft):
+def _per_substate(vt, sig, rep, exits):
     """What each class representative does from each sub-state, on [Q, C] (tiny): the least room
     (max - n) a move that stays needs (stays_ok), the grid offset of its target, the units it adds,
-    whether it may close the value (close_ok but the bounds) and its event (an index into `aft`'s
-    rows with one -1 column appended, for cells without an event)."""
+    whether it may close the value (close_ok but the bounds) and its ending event's class (ExitClasses:
+    an index into the compact exits' rows with one -1 column appended, for cells without an event)."""
+    aft = exits.after
     Q = vt.num_substates
     out, units, q_end, ev = (getattr(sig, f)[:, rep] for f in ("out", "units", "q_end", "ev_of"))
     qc = q_end.clamp(min=0)
@@ -226,7 +246,8 @@ def _per_substate(vt, sig, rep, aft):
     stops = (out == STOPS) & (ev >= 0)
     E1 = aft.shape[1] + 1
     aflat = torch.cat([aft, torch.full((aft.shape[0], 1), -1, dtype=aft.dtype, device=aft.device)], 1)
-    evx = torch.where(ev >= 0, ev, E1 - 1).to(torch.int32)
+    evx = torch.where(ev >= 0, exits.of_event.index_select(0, ev.clamp(min=0).flatten()).view_as(ev),
+                      E1 - 1).to(torch.int32)
     return need, step, units.to(torch.int32), qc.to(torch.int32), stops, evx, aflat.reshape(-1).to(torch.int32), E1
 
 

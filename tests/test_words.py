@@ -67,3 +67,38 @@ def test_a_word_grammar_round_trips_through_its_cache_file(llama, tmp_path):  # 
     g.save(tmp_path / "g.pt")
     again = type(g).load(tmp_path / "g.pt", tokenizer=llama, key={"t": 1})
     assert torch.equal(again.row_next, g.row_next) and again.finish_bytes(again.start) == g.finish_bytes(g.start)
+
+
+def test_hostnames_are_the_documented_language():
+    """schema_formats_net._host writes hostnames so that a label's first byte says whether it may be the last
+    (no two labels side by side in the automaton); the language must stay the documented one: min..4 labels
+    of letters, digits and inner hyphens, the last starting with a letter (checked against that definition as
+    a regex, on strings near both)."""
+    import re
+    import string
+
+    from schema_reference import compile_regex
+
+    from batchmask import schema_formats_net as net
+    rng = random.Random(5)
+    letters = string.ascii_letters                              # the definition's own alphabet
+    alnum = letters + string.digits
+    for budget, min_labels in ((60, 1), (60, 2), (20, 1), (12, 2)):
+        node, lo, hi = net._host(budget, min_labels)
+        got = compile_regex(node)
+        longest = min(net.LABEL_CAP, (budget + 1) // 4 - 1)
+        label = f"[{alnum}](?:[{alnum}-]{{0,{longest - 2}}}[{alnum}])?" if longest > 1 else f"[{alnum}]"
+        last = f"[{letters}](?:[{alnum}-]{{0,{longest - 2}}}[{alnum}])?" if longest > 1 else f"[{letters}]"
+        want = re.compile(f"(?:{label}\\.){{{min_labels - 1},{net.MAX_LABELS - 1}}}{last}".encode())
+        pool = alnum + "-." + "_"
+        for _ in range(3000):
+            if rng.random() < 0.5:      # near the language: labels of random lengths, joined by dots
+                parts = ["".join(rng.choice(alnum + "-") for _ in range(rng.randint(1, longest + 1)))
+                         for _ in range(rng.randint(1, net.MAX_LABELS + 1))]
+                s = ".".join(parts)
+            else:
+                s = "".join(rng.choice(pool) for _ in range(rng.randint(0, 12)))
+            b = s.encode()
+            assert bool(got.fullmatch(b)) == bool(want.fullmatch(b)), (budget, min_labels, s)
+            if got.fullmatch(b):
+                assert lo <= len(b) <= hi
