@@ -83,6 +83,16 @@ def test_written_table_is_the_plain_table(case):
     assert table.dtype == (torch.int16 if -32768 <= lo and hi <= 32767 else torch.int32)
 
 
+def entries_of(raw, n):
+    """(item, col, val) int64 tensors from drawn triples: items below n, each (item, col) once (the first)."""
+    seen, triples = set(), []
+    for i, c, v in raw:
+        if i < n and (i, c) not in seen:
+            seen.add((i, c))
+            triples.append((i, c, v))
+    return tuple(torch.tensor([t[k] for t in triples], dtype=torch.int64) for k in range(3))
+
+
 def sparse_reference(item, col, val, n):
     sets = [frozenset((c, v) for i2, c, v in zip(item, col, val) if i2 == i) for i in range(n)]
     return sets
@@ -92,12 +102,7 @@ def sparse_reference(item, col, val, n):
 @given(st.integers(1, 12), st.lists(st.tuples(st.integers(0, 11), st.integers(0, 5), st.integers(-3, 3)),
                                     max_size=40), st.booleans())
 def test_sparse_classes_group_equal_entry_sets(n, raw, collide):
-    seen, triples = set(), []
-    for i, c, v in raw:
-        if i < n and (i, c) not in seen:
-            seen.add((i, c))
-            triples.append((i, c, v))
-    item, col, val = (torch.tensor([t[k] for t in triples], dtype=torch.int64) for k in range(3))
+    item, col, val = entries_of(raw, n)
     mp = None
     if collide:          # every entry hashes alike: only the exact check can tell the rows apart
         mp = classes._mix
@@ -111,7 +116,9 @@ def test_sparse_classes_group_equal_entry_sets(n, raw, collide):
     for a in range(n):
         for b in range(n):
             assert (ref[a] == ref[b]) == (int(ids[a]) == int(ids[b]))
-        assert (int(ids[a]) == 0) == (not ref[a]) or not any(not r for r in ref)   # no entries: class 0
+        if any(not r for r in ref):                                  # items without entries: class 0
+            assert (int(ids[a]) == 0) == (not ref[a])
+    assert sorted(set(ids.tolist())) == list(range(int(ids.max()) + 1))      # dense ids
 
 
 @settings(max_examples=100, deadline=None)
@@ -121,12 +128,7 @@ def test_refine_splits_classes_by_entries(base_ids, raw):
     base = torch.tensor(base_ids)
     base = torch.unique(base, return_inverse=True)[1]                        # dense ids, as refine expects
     V = len(base)
-    seen, triples = set(), []
-    for i, c, v in raw:
-        if i < V and (i, c) not in seen:
-            seen.add((i, c))
-            triples.append((i, c, v))
-    item, col, val = (torch.tensor([t[k] for t in triples], dtype=torch.int64) for k in range(3))
+    item, col, val = entries_of(raw, V)
     out = classes.refine(base, item, col, val)
     sets = sparse_reference(item.tolist(), col.tolist(), val.tolist(), V)
     key = [(int(base[i]), sets[i]) for i in range(V)]                       # the class of an id: both together
