@@ -213,3 +213,18 @@ def test_cache_round_trip_and_refusals(tmp_path, llama_vocab, llama_grammar):
         CompiledGrammar.load(bad, registry=reg, tokenizer=llama_vocab)
     with pytest.raises(GrammarCacheError, match="not found"):
         CompiledGrammar.load(tmp_path / "missing.pt", registry=reg, tokenizer=llama_vocab)
+    # target segments that do not rise from 0, that read past the list, or are missing: one line each
+    payload = torch.load(path, weights_only=True)
+    T = payload["targets"].numel()
+    G = payload["segment_start"].numel()
+    assert G > 1                                               # its value blocks have segments of their own
+    for field, value in [("segment_start", payload["segment_start"].flip(0)),
+                         ("segment_base", torch.full((G,), T + 1, dtype=torch.int32)), ("segment_base", None)]:
+        broken = dict(payload)
+        if value is None:
+            broken.pop(field)
+        else:
+            broken[field] = value
+        torch.save(broken, bad)
+        with pytest.raises(GrammarCacheError, match="bad.pt: corrupt grammar cache"):
+            CompiledGrammar.load(bad, registry=reg, tokenizer=llama_vocab)
