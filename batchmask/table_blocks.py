@@ -5,7 +5,7 @@ for the class representatives only, and only for the cells that differ:
   * blocks of one value type with the same bounds have the same cells (`_shapes`), so a shape's rows
     are computed once, the value's ending events left open (`_cell_rows`);
   * a cell far from both ends moves by shift: its row depends on its sub-state only, so one far cell per
-    sub-state is computed and the rest share its row (`far_mask`, `_block_rows`);
+    sub-state is computed and the rest share its row (`far_mask`, `block_rows`);
   * a token that ends the value names its ending event; the event's state (where the value's end leads)
     is read from the block's own segment of the target list (next_codes.py, `block_segments`), so blocks
     whose exits are legal alike share rows wherever they lead.
@@ -103,7 +103,7 @@ def value_rows(aut, sigs, exit_cls, blocks_of, shapes_of, rep, far, dev, segment
 
 @dataclass
 class _Layout:
-    """Where one shape's computed rows go (_value_rows): blocks at `bases` of `size` cells, block j with the
+    """Where one shape's computed rows go (value_rows): blocks at `bases` of `size` cells, block j with the
     rows of pattern pattern_of[j]: rows made + p * n + i for its computed cells sel[i] (n of them); its other
     (far) cells at offsets `far` take the row of the cell at offsets `src` (the first far cell of their
     sub-state)."""

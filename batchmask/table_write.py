@@ -42,6 +42,7 @@ class RowParts:
 
     def __post_init__(self):
         self._grouped = None
+        self._codes_range = None
 
     @property
     def num_rows(self) -> int:
@@ -117,9 +118,10 @@ class RowParts:
 
     def width(self, R: int) -> torch.dtype:
         """The table's integer width with R rows: int16 where every code and row index fits, else int32."""
-        codes = [x for x in (self.code, self.dense) if x.numel()]
-        lo = min([-1] + [int(x.min()) for x in codes])
-        hi = max([-1] + [int(x.max()) for x in codes])
+        if self._codes_range is None:                  # asked for by the caller and by write: read the codes once
+            codes = [x for x in (self.code, self.dense) if x.numel()]
+            self._codes_range = (min([-1] + [int(x.min()) for x in codes]), max([-1] + [int(x.max()) for x in codes]))
+        lo, hi = self._codes_range
         return torch.int16 if -32768 <= lo and hi <= 32767 and R <= 32767 else torch.int32
 
     def write(self, row_order: torch.Tensor, token_class: torch.Tensor):
