@@ -63,7 +63,7 @@ def value_rows(aut, sigs, exit_cls, blocks_of, shapes_of, rep, far, dev, segment
         aft = per_q[6].view(len(ks), -1)                                          # [B_vt, E + 1] the exits
         for js in shapes_of[name].values():                                     # js: blocks of the type
             blk = aut.blocks[ks[js[0]]]
-            sel = _cells_computed(blk, far(blk, sig.reach, dev), Q)                 # [n] cells of the shape
+            sel, far_at, far_src = _cells_computed(blk, far(blk, sig.reach, dev), Q)   # [n] cells of the shape
             grid = torch.from_numpy(np.where(blk.grid >= 0, blk.grid - blk.base, -1).reshape(-1)).to(dev)
             grid = grid.to(torch.int32)
             bases = torch.as_tensor([aut.blocks[ks[j]].base for j in js], device=dev)
@@ -78,7 +78,7 @@ def value_rows(aut, sigs, exit_cls, blocks_of, shapes_of, rep, far, dev, segment
             ids_out.append((bases[:, None] + cells).view(-1))                      # [b * n], block-major
             which.append((made + pattern_of[:, None] * n + torch.arange(n, device=dev)).view(-1))
             layouts.append(_Layout(bases.cpu().numpy(), blk.size, pattern_of.cpu().numpy(), sel, made, P,
-                                   *_far_sources(blk, far(blk, sig.reach, dev), sel)))
+                                   far_at, far_src))
             out = torch.empty((P, n, C), dtype=torch.int32, device=dev)            # rows made: pattern-major
             cstep = max(1, CELL_ENTRIES // max(1, C))
             for c0 in range(0, n, cstep):                 # cells in chunks, then patterns in chunks: the
@@ -115,17 +115,6 @@ class _Layout:
     P: int
     far: np.ndarray
     src: np.ndarray
-
-
-def _far_sources(blk, fm: np.ndarray, sel: np.ndarray):
-    """(offsets of the far cells not computed, offset of the computed far cell each one shares a row with)."""
-    at = np.flatnonzero(fm)
-    if not at.size:
-        return at, at
-    q = blk.qs[at]
-    first = _min_per_key(q, at, int(q.max()) + 1)[q]
-    rest = at != first
-    return at[rest], first[rest]
 
 
 def block_templates(layouts: list, cell_row: torch.Tensor) -> list:
@@ -217,15 +206,20 @@ def shapes(aut, ks) -> dict:
     return out
 
 
-def _cells_computed(blk, fm: np.ndarray, Q: int) -> np.ndarray:
-    """Offsets of the cells whose rows are computed: every cell that is not far, and the first far
-    cell of each sub-state (fm: the far mask)."""
+def _cells_computed(blk, fm: np.ndarray, Q: int):
+    """(offsets of the cells whose rows are computed: every cell that is not far, and the first far cell of
+    each sub-state; offsets of the other far cells; offset of the computed far cell each of those shares a
+    row with). fm: the far mask."""
     keep = ~fm
     far_at = np.flatnonzero(fm)
-    if far_at.size:
-        first = _min_per_key(blk.qs[far_at], far_at, Q)
-        keep[first[first >= 0]] = True
-    return np.flatnonzero(keep)
+    if not far_at.size:
+        return np.flatnonzero(keep), far_at, far_at
+    q = blk.qs[far_at]
+    first = _min_per_key(q, far_at, Q)                               # [Q] the first far cell per sub-state
+    keep[first[first >= 0]] = True
+    src = first[q]
+    rest = far_at != src
+    return np.flatnonzero(keep), far_at[rest], src[rest]
 
 
 # cells x classes per chunk of _cell_rows (int64 temporaries of ~2 MB)
