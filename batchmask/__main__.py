@@ -1,4 +1,4 @@
-"""`python -m batchmask`: the command line (batchmask/cli.py)."""
+"""`python -m batchmask`: the command line (batchmask/run/cli.py)."""
 import os
 import signal
 import sys
@@ -16,6 +16,6 @@ _interrupted.batchmask_early = True                                    # cli.mai
 if signal.getsignal(signal.SIGINT) is signal.default_int_handler:     # not when started with SIGINT ignored
     signal.signal(signal.SIGINT, _interrupted)
 
-from .cli import main  # noqa: E402
+from .run.cli import main  # noqa: E402
 
 sys.exit(main())

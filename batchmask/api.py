@@ -5,7 +5,7 @@
     compile_grammars([registry, ...], tokenizer)            several tool sets in one table, a start each
 
 Both give a CompiledGrammar (same table, same masker). The grammar node comes from
-batchmask.envelope (calls) or batchmask.schema (values); the table from the compiler's
+batchmask.tools.envelope (calls) or batchmask.schema.build (values); the table from the compiler's
 `compile_node`, which records `key` (what the grammar depends on) in cache files and checks it
 on load. A native registry in the seed format keeps the compiler's seed path, so its table and
 `describe()` are exactly today's.
@@ -17,15 +17,15 @@ import json
 import os
 from typing import TYPE_CHECKING
 
-from .envelope import get_envelope, is_typed, registry_key, registry_node
-from .registry import RegistryError, ToolRegistry
+from .tools.envelope import get_envelope, is_typed, registry_key, registry_node
+from .tools.registry import RegistryError, ToolRegistry
 
 if TYPE_CHECKING:                       # annotations only: importing torch here would slow `import batchmask`
     import torch
 
-    from .compiler import CompiledGrammar
+    from .compiler.compiled import CompiledGrammar
     from .models.tokenizer_base import BaseTokenizer
-    from .schema import SchemaOptions
+    from .schema.build import SchemaOptions
 
 
 def _options_key(options):
@@ -33,7 +33,7 @@ def _options_key(options):
         return None
     if dataclasses.is_dataclass(options):
         return json.loads(json.dumps(dataclasses.asdict(options)))
-    raise TypeError(f"options must be a SchemaOptions (batchmask.schema), got {type(options).__name__}")
+    raise TypeError(f"options must be a SchemaOptions (batchmask.schema.build), got {type(options).__name__}")
 
 
 def call_grammar_key(registry: ToolRegistry, format: str = "seed", max_string: int = 256, utf8: bool = True,
@@ -41,7 +41,7 @@ def call_grammar_key(registry: ToolRegistry, format: str = "seed", max_string: i
     """What a call grammar depends on (JSON-able): registry canonical form, format, options, byte rule, caps."""
     get_envelope(format)
     if options is None and any(is_typed(t) for t in registry):
-        from .schema import SchemaOptions
+        from .schema.build import SchemaOptions
         options = SchemaOptions()
     return {"grammar": "call", "format": format, "registry": registry_key(registry), "max_string": max_string,
             "utf8": bool(utf8), "options": _options_key(options)}
@@ -50,9 +50,9 @@ def call_grammar_key(registry: ToolRegistry, format: str = "seed", max_string: i
 def schema_grammar_key(schema, options=None) -> dict:
     """What a bare-schema grammar depends on (JSON-able)."""
     if options is None:
-        from .schema import SchemaOptions
+        from .schema.build import SchemaOptions
         options = SchemaOptions()
-    from .schema import canonical_schema
+    from .schema.build import canonical_schema
     return {"grammar": "json-schema", "schema": json.loads(json.dumps(canonical_schema(schema))), "utf8": True,
             "options": _options_key(options)}
 
@@ -65,23 +65,23 @@ def uses_seed_path(registry: ToolRegistry, format: str) -> bool:
 def _seed_path(compiler):
     seed = getattr(compiler, "compile_seed", None) or compiler.compile_grammar
     if seed is compile_grammar:
-        raise RuntimeError("batchmask.compiler has no seed compile path (compile_seed)")
+        raise RuntimeError("batchmask.compiler.compiled has no seed compile path (compile_seed)")
     return seed
 
 
 def compile_grammar(registry: ToolRegistry, tokenizer: BaseTokenizer, *, format: str = "seed", max_string: int = 256,
                     utf8: bool = True, options: SchemaOptions | None = None,
                     device: str | torch.device = "cpu") -> CompiledGrammar:
-    """Compile a call to any tool of `registry`, in `format` (see batchmask.envelope), into a CompiledGrammar.
+    """Compile a call to any tool of `registry`, in `format` (see batchmask.tools.envelope), into a CompiledGrammar.
 
     `tokenizer` needs `token_bytes` (list[bytes], b"" for ids with no text) and `eos_id`
     (optionally `stop_ids`, `vocab_hash()`). `max_string` caps native tools' values (bytes);
-    `options` (batchmask.schema.SchemaOptions) sets the caps of typed tools' schemas.
+    `options` (batchmask.schema.build.SchemaOptions) sets the caps of typed tools' schemas.
     """
     get_envelope(format)
     if not isinstance(registry, ToolRegistry):
         raise RegistryError(f"compile_grammar needs a ToolRegistry, got {type(registry).__name__}")
-    from . import compiler
+    from .compiler import compiled as compiler
     if uses_seed_path(registry, format):
         return _seed_path(compiler)(registry, tokenizer, max_string=max_string, utf8=utf8, device=device)
     node = registry_node(registry, format, max_string, options)
@@ -94,7 +94,7 @@ def compile_json_schema(schema: dict | bool | str, tokenizer: BaseTokenizer, *, 
     """Compile one JSON value of `schema` (a JSON Schema: dict, or a path-free JSON string) into a CompiledGrammar.
 
     Serialisation is compact (no whitespace, "," and ":"); objects hold their declared properties
-    only, in declared order; every value is bounded (see batchmask.schema.SchemaOptions).
+    only, in declared order; every value is bounded (see batchmask.schema.build.SchemaOptions).
     """
     if isinstance(schema, str):
         try:
@@ -103,8 +103,8 @@ def compile_json_schema(schema: dict | bool | str, tokenizer: BaseTokenizer, *, 
             raise ValueError(f"<schema>: not valid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
     if not isinstance(schema, (dict, bool)):
         raise ValueError(f"<schema>: a JSON Schema is an object (or true/false), got {type(schema).__name__}")
-    from . import compiler
-    from .schema import SchemaOptions, schema_node
+    from .compiler import compiled as compiler
+    from .schema.build import SchemaOptions, schema_node
     opts = options if options is not None else SchemaOptions()
     node = schema_node(schema, opts, separators=(",", ":"), where="<schema>")
     return compiler.compile_node(node, tokenizer, utf8=True, key=schema_grammar_key(schema, opts), device=device)
@@ -113,7 +113,7 @@ def compile_json_schema(schema: dict | bool | str, tokenizer: BaseTokenizer, *, 
 def compile_grammars(items: list, tokenizer: BaseTokenizer, *, format: str = "seed", max_string: int = 256,
                      utf8: bool = True, options: SchemaOptions | None = None,
                      device: str | torch.device = "cpu") -> CompiledGrammar:
-    """Several tool sets (ToolRegistry) or bare-schema tasks (batchmask.schema_task.SchemaTask) compiled
+    """Several tool sets (ToolRegistry) or bare-schema tasks (batchmask.run.schema_task.SchemaTask) compiled
     together into one CompiledGrammar: `starts[i]` is where a row constrained by items[i] begins.
 
     One automaton holds them all, so what they share (a tool several sets list, the call envelope) is
@@ -126,10 +126,10 @@ def compile_grammars(items: list, tokenizer: BaseTokenizer, *, format: str = "se
     for i, item in enumerate(items):
         if not isinstance(item, ToolRegistry) and not hasattr(item, "grammar_node"):
             raise RegistryError(f"compile_grammars: item {i} is a {type(item).__name__}, not a ToolRegistry "
-                                f"(or a batchmask.schema_task.SchemaTask)")
+                                f"(or a batchmask.run.schema_task.SchemaTask)")
     nodes = [item_node(item, format, max_string, utf8, options) for item in items]
     keys = [item_key(item, format, max_string, utf8, options) for item in items]
-    from . import compiler
+    from .compiler import compiled as compiler
     if len(items) == 1:
         item = items[0]
         if isinstance(item, ToolRegistry):
@@ -166,7 +166,7 @@ def load_grammars(path: str | os.PathLike, items: list, tokenizer: BaseTokenizer
                   options: SchemaOptions | None = None, device: str | torch.device = "cpu") -> CompiledGrammar:
     """A cache file of compile_grammars(items, ...), checked against what it would build (item by item, in
     order): anything else is refused with GrammarCacheError."""
-    from .compiler import CompiledGrammar
+    from .compiler.compiled import CompiledGrammar
     keys = [item_key(item, format, max_string, utf8, options) for item in items]
     return CompiledGrammar.load(path, device=device, tokenizer=tokenizer, utf8=utf8, key=grammars_key(keys))
 
@@ -177,7 +177,7 @@ def load_grammar(path: str | os.PathLike, registry: ToolRegistry, tokenizer: Bas
     """A cache file (CompiledGrammar.save) checked against what compile_grammar would build from the same
     arguments: another registry, format, options or vocabulary is refused with GrammarCacheError."""
     get_envelope(format)
-    from .compiler import CompiledGrammar
+    from .compiler.compiled import CompiledGrammar
     if uses_seed_path(registry, format):
         return CompiledGrammar.load(path, device=device, registry=registry, tokenizer=tokenizer,
                                     max_string=max_string, utf8=utf8)

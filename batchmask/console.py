@@ -2,9 +2,9 @@
 
 The script pip writes is `from batchmask.console import main; sys.exit(main())`. Importing this module is
 the first thing batchmask runs, and it installs the early Ctrl-C handler at once: a SIGINT from here on,
-while batchmask.cli, argparse and the command's own modules (torch, the model) are still being imported,
+while batchmask.run.cli, argparse and the command's own modules (torch, the model) are still being imported,
 exits 130 with one line instead of a KeyboardInterrupt traceback from inside some import. cli.main() then
-takes over (batchmask/interrupts.py: it replaces a handler marked `batchmask_early`). `python -m batchmask`
+takes over (batchmask/run/interrupts.py: it replaces a handler marked `batchmask_early`). `python -m batchmask`
 does the same in batchmask/__main__.py.
 
 Only the program imports this module (the handler ends the process: no library or test should install it).
@@ -29,6 +29,6 @@ if signal.getsignal(signal.SIGINT) is signal.default_int_handler:   # not when s
 
 
 def main() -> int:
-    """The command line (batchmask.cli.main), imported only now: after the handler is in place."""
-    from .cli import main as cli_main
+    """The command line (batchmask.run.cli.main), imported only now: after the handler is in place."""
+    from .run.cli import main as cli_main
     return cli_main()

@@ -26,7 +26,7 @@ import torch
 
 from batchmask.kernels import choose_cpu, mask_cpu, mask_torch
 from batchmask.kernels.tables import Rows, Tables, legal_counts, make_tables
-from batchmask.next_codes import SEGMENT_BITS, segment_bases
+from batchmask.table.next_codes import SEGMENT_BITS, segment_bases
 
 LOGIT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -101,7 +101,7 @@ class BatchMasker:
         keys (int [n], optional): what the rows' random draws are keyed by from now on, e.g. a task id, so
         a sequence samples the same tokens whichever slot it runs in (default: the slot index).
         starts (int [n], optional): the state each row starts in, one of the table's start states: a table of
-        several grammars (batchmask.grammar_set.combine) has one per grammar, `table.starts` (default: start)."""
+        several grammars (batchmask.compiler.sets.combine) has one per grammar, `table.starts` (default: start)."""
         idx = self._row_index(rows)
         if keys is not None:
             keys = torch.as_tensor(keys, dtype=torch.int64, device=self.device).reshape(-1)

@@ -81,7 +81,7 @@ def string_tool(n: int) -> dict:
 
 
 def load_registry(name: str):
-    from batchmask.registry import ToolRegistry
+    from batchmask.tools.registry import ToolRegistry
     if name == "default":
         return ToolRegistry.defaults()
     if name == "catalogue":
@@ -141,7 +141,7 @@ class _RawTokens:
 
 
 def run_peer(case: dict) -> dict:
-    from batchmask.envelope import call_schema
+    from batchmask.tools.envelope import call_schema
 
     vocab = load_vocab(case["vocab"])
     reg = load_registry(case["registry"])

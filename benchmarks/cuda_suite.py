@@ -69,18 +69,10 @@ from batchmask.kernels import mask_torch, mask_triton  # noqa: E402
 from batchmask.kernels.tables import Rows, make_tables  # noqa: E402
 from batchmask.models.checkpoint import ModelConfig  # noqa: E402
 
-from batchmask.compiler import compile_grammar  # noqa: E402
-from batchmask.registry import ToolRegistry  # noqa: E402
-from benchmarks.generate import (  # noqa: E402
-    GraphedDecode,
-    MemoEncode,
-    find_tokenizer,
-    make_tasks,
-    random_model,
-    run_generation,
-    step_overhead,
-    synthetic_tokenizer,
-)
+from batchmask.compiler.compiled import compile_grammar  # noqa: E402
+from batchmask.tools.registry import ToolRegistry  # noqa: E402
+from benchmarks.common import MemoEncode, find_tokenizer, make_tasks, random_model, synthetic_tokenizer  # noqa: E402
+from benchmarks.generate import GraphedDecode, run_generation, step_overhead  # noqa: E402
 from benchmarks.mask import masker_steps, widen  # noqa: E402
 from benchmarks.model import SMOLLM2_135M, STORIES15M, bench_decode, write_random_hf  # noqa: E402
 from tests.grammar_fixtures import make_random_grammar  # noqa: E402

@@ -8,7 +8,7 @@ Model: a random LlamaForCausalLM written by transformers (hidden 64, 2 layers by
 processors' cost is visible next to the forward pass) with the Qwen2 vocabulary (../shared/qwen2, 151,936
 ids). Grammar: a call in the llama3 format ({"name": ..., "parameters": {...}}, json.dumps spacing) to one of the
 12 tools of ../shared/tools/agent_tools.json; xgrammar compiles the JSON Schema of the same call body
-(batchmask.envelope.call_schema) with the same separators and no free whitespace. Greedy decoding,
+(batchmask.tools.envelope.call_schema) with the same separators and no free whitespace. Greedy decoding,
 --new-tokens steps at most (a row that finishes its call stops; steps are counted from the output).
 
 Per batch size: generate's wall time per step for each arm (median of --repeats runs), the time spent
@@ -61,8 +61,8 @@ def build(device):
     from transformers import AutoTokenizer
 
     from batchmask import ToolRegistry, compile_grammar
-    from batchmask.envelope import call_schema
-    from batchmask.prompt import encode_prompt
+    from batchmask.tools.envelope import call_schema
+    from batchmask.tools.prompt import encode_prompt
 
     tok = load_tokenizer(SHARED / "qwen2")
     V = 151936

@@ -49,14 +49,14 @@ def load_grammar(device: str, path: str | None = None):
     """(grammar, description, registry or None): a saved grammar file if given, else the real compiled registry
     if possible, else synthetic."""
     if path:
-        from batchmask.compiler import CompiledGrammar
+        from batchmask.compiler.compiled import CompiledGrammar
         g = CompiledGrammar.load(path, device=device)
         return g, f"{path} (S={g.num_states}, R={g.num_rows}, C={g.num_classes}, V={g.vocab_size})", None
     try:
         from batchmask.models.tokenizer import load_tokenizer
 
-        from batchmask.compiler import compile_grammar
-        from batchmask.registry import ToolRegistry
+        from batchmask.compiler.compiled import compile_grammar
+        from batchmask.tools.registry import ToolRegistry
         if TOKENIZER.exists():
             reg = ToolRegistry.defaults()
             g = compile_grammar(reg, load_tokenizer(str(TOKENIZER)), device=device)

@@ -37,11 +37,11 @@ sys.path.insert(0, str(ROOT))
 from batchmask.models.checkpoint import ModelConfig  # noqa: E402
 
 from batchmask import compile_grammar  # noqa: E402
-from batchmask.generation import encode_prompts  # noqa: E402
-from batchmask.grammar_set import combine  # noqa: E402
-from batchmask.grammar_store import GrammarStore  # noqa: E402
+from batchmask.compiler.sets import combine  # noqa: E402
 from batchmask.masker import BatchMasker  # noqa: E402
-from batchmask.registry import ToolRegistry  # noqa: E402
+from batchmask.run.generation import encode_prompts  # noqa: E402
+from batchmask.run.grammar_store import GrammarStore  # noqa: E402
+from batchmask.tools.registry import ToolRegistry  # noqa: E402
 from benchmarks.model import STORIES15M, sync  # noqa: E402
 
 CATALOGUE = ROOT.parent / "shared" / "tools" / "agent_tools.json"
@@ -153,7 +153,7 @@ def measure_step(model, tokenizer, regs, grammars, table, B: int, steps: int, re
     table replaying each set's batch (every row in that set's grammar) against that set's grammar alone."""
     dev = next(model.parameters()).device
     G = len(grammars)
-    from benchmarks.generate import random_model
+    from benchmarks.common import random_model
     small = random_model(ModelConfig(dim=64, hidden_dim=128, n_layers=1, n_heads=2, n_kv_heads=2,
                                      vocab_size=model.config.vocab_size, seq_len=model.config.seq_len), dev,
                          next(model.parameters()).dtype)
@@ -232,7 +232,7 @@ def run(tokenizer, device, sets: int = 16, per_set: int = 6, quick: bool = False
           f"apart ({mem['rows_apart']} rows, {min(mem['classes_apart'])}-{max(mem['classes_apart'])} classes): "
           f"{mem['ratio']:.2f}x (target <= 1); apart then combined {combined.nbytes / 1e6:.1f} MB", flush=True)
     if model is None:
-        from benchmarks.generate import random_model
+        from benchmarks.common import random_model
         model = random_model(STORIES15M, device, torch.float32 if torch.device(device).type == "cpu" else
                              torch.bfloat16)
     step = measure_step(model, tokenizer, regs, grammars, table, 64, steps=12 if quick else 24, reps=3 if quick else 5)
@@ -253,7 +253,7 @@ def main():
     ap.add_argument("--tokenizer", help="tokenizer file (default ../shared/llama2/tokenizer.model)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    from benchmarks.generate import MemoEncode, find_tokenizer
+    from benchmarks.common import MemoEncode, find_tokenizer
     tokenizer, note = find_tokenizer(args.tokenizer)
     print(f"# tokenizer: {note}; {torch.get_num_threads()} threads; load {os.getloadavg()[0]:.2f}")
     out = run(MemoEncode(tokenizer), torch.device(args.device), args.sets, args.tools_per_set, args.quick)

@@ -20,7 +20,7 @@ from batchmask.kernels import gumbel, mask_torch, rng
 from batchmask.kernels.mask_cpu import advance_, mask_logits_, row_entries, sides_of
 from batchmask.kernels.tables import Rows, Tables, first_legal_token, legal_counts, legal_mask, next_states, row_ids
 
-from batchmask.next_codes import ILLEGAL
+from batchmask.table.next_codes import ILLEGAL
 
 NEG_INF = float("-inf")
 

@@ -17,7 +17,7 @@ from batchmask.kernels import mask_torch
 from batchmask.kernels.short_sides import ShortSides
 from batchmask.kernels.tables import Rows, Tables, legal_counts
 
-from batchmask.next_codes import decode_next_np
+from batchmask.table.next_codes import decode_next_np
 
 NEG_INF = float("-inf")
 _NUMPY_DTYPES = (torch.float32, torch.float16)  # bfloat16 has no numpy dtype: it takes the torch ops

@@ -70,7 +70,7 @@ def _code(state_row_ptr, row_next_ptr, s, cls, C, mask):
 
 @triton.jit
 def _segment_base(s, need, seg_start_ptr, seg_base_ptr, n_seg):
-    # batchmask.next_codes.segment_bases: segment_base[k], k the last segment with segment_start[k] <= s
+    # batchmask.table.next_codes.segment_bases: segment_base[k], k the last segment with segment_start[k] <= s
     # (segment_start[0] = 0), by a branchless binary search of 20 halvings (next_codes.SEGMENT_BITS). Only
     # where `need` (an absolute code) does it read memory: a step inside a value or along literal text, the
     # common case, costs no loads, and a search costs log2(segments) of them, the rest masked off
@@ -87,7 +87,7 @@ def _segment_base(s, need, seg_start_ptr, seg_base_ptr, n_seg):
 
 @triton.jit
 def _decode_next(code, s, targets_ptr, seg_start_ptr, seg_base_ptr, n_seg):
-    # batchmask.next_codes.decode_next, jitted (tests/test_kernels.py checks the two agree on every kind)
+    # batchmask.table.next_codes.decode_next, jitted (tests/test_kernels.py checks the two agree on every kind)
     base = _segment_base(s, code >= 0, seg_start_ptr, seg_base_ptr, n_seg)
     absolute = tl.load(targets_ptr + base + tl.maximum(code, 0), mask=code >= 0, other=0)
     return tl.where(code >= 0, absolute, tl.where(code == -1, -1, s - 2 - code))

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 from batchmask.kernels import gumbel
 
-from batchmask.next_codes import ILLEGAL
+from batchmask.table.next_codes import ILLEGAL
 
 BUDGET_BYTES = 64 << 20  # token lists kept per table (16M ids): the catalogue on Qwen2 fully visited needs 35 MB
 

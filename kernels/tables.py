@@ -4,7 +4,7 @@ paths, Triton kernels), and the one lookup they all share: the state a token lea
 
 The grammar is a DFA over tokens, factored by token classes and by rows of states:
 
-    code = row_next[state_row[state], token_class[token]]      next state = batchmask.next_codes.decode_next
+    code = row_next[state_row[state], token_class[token]]      next state = batchmask.table.next_codes.decode_next
                                                                 (absolute codes index the target list from
                                                                 the base of the state's segment)
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from batchmask.next_codes import ILLEGAL, decode_next
+from batchmask.table.next_codes import ILLEGAL, decode_next
 
 
 @dataclass

@@ -16,8 +16,8 @@ the model sees a prompt it was never trained on. What transformers does, and so 
     as strings.
 
 Only the rendering lives here (beside the tokenizers: models/tokenizer_hf.py reads the template and uses
-`render` to find the end-of-turn token); the prompt (which messages, which tools) is batchmask.prompt's, which
-imports this module as batchmask.chat_template.
+`render` to find the end-of-turn token); the prompt (which messages, which tools) is batchmask.tools.prompt's, which
+imports this module as batchmask.tools.chat_template.
 """
 from __future__ import annotations
 

@@ -364,7 +364,7 @@ def _read_side_files(tok: HFTokenizer, directory: Path | None, specials: dict[st
 def _template_end_tokens(template: str, specials: dict[str, int], bos_token, eos_token) -> list[int]:
     """The special token the chat template writes right after an assistant message, if any.
 
-    Rendered as transformers renders templates (chat_template.py); a template that needs more
+    Rendered as transformers renders templates (tools/chat_template.py); a template that needs more
     than a plain two-message conversation yields nothing, not an error."""
     from .chat_template import render
 

@@ -14,7 +14,7 @@ from pathlib import Path
 if not os.path.exists("/dev/nvidiactl"):
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-# Compiled grammars are cached on disk between runs (batchmask/grammar_store.py): the tests' own directory,
+# Compiled grammars are cached on disk between runs (batchmask/run/grammar_store.py): the tests' own directory,
 # never the user's ~/.cache (subprocesses inherit it).
 if "BATCHMASK_CACHE_DIR" not in os.environ:
     import atexit

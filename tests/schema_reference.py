@@ -1,7 +1,7 @@
 """Test helpers for the schema front-end, written apart from batchmask's builders.
 
 `to_regex(node)` turns a node tree into a Python `re` bytes pattern. Its JSON string character comes
-from RFC 8259 and RFC 3629's table of well-formed UTF-8 (not from batchmask.utf8 or schema_strings).
+from RFC 8259 and RFC 3629's table of well-formed UTF-8 (not from batchmask.grammar.utf8 or schema_strings).
 `walk(node, rng)` draws one random member of a node's language (a random walk over the tree).
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 import re
 
-from batchmask.grammar import Alt, ByteSet, JsonStr, Lit, Repeat, Seq, Str, Word
+from batchmask.grammar.nodes import Alt, ByteSet, JsonStr, Lit, Repeat, Seq, Str, Word
 
 # One JSON string character as JsonStr writes it: raw well-formed UTF-8 (RFC 3629 table 3-7) except
 # '"', '\\', U+0000-U+001F and U+007F; the short escapes; \u00XX for exactly the characters that may not be raw.

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from batchmask import envelope
-from batchmask.envelope import get_envelope, registry_node
-from batchmask.registry import Tool, ToolRegistry
-from batchmask.schema import SchemaError, SchemaOptions, schema_node
+from batchmask.schema.build import SchemaError, SchemaOptions, schema_node
+from batchmask.tools import envelope
+from batchmask.tools.envelope import get_envelope, registry_node
+from batchmask.tools.registry import Tool, ToolRegistry
 
 CATALOGUE = Path(__file__).resolve().parents[1].parent / "shared" / "tools" / "agent_tools.json"
 

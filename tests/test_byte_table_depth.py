@@ -9,12 +9,12 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from batchmask.automaton import byte_table
-from batchmask.compiler import automaton_of, seed_node
-from batchmask.envelope import registry_node
-from batchmask.grammar import Alt, JsonStr, Lit, Seq, Str
-from batchmask.registry import ToolRegistry
-from batchmask.tokensim import ByteSteps, after_stops, explicit_columns, prepare_vocab
+from batchmask.automaton.form import byte_table
+from batchmask.compiler.compiled import automaton_of, seed_node
+from batchmask.grammar.nodes import Alt, JsonStr, Lit, Seq, Str
+from batchmask.table.tokensim import ByteSteps, after_stops, explicit_columns, prepare_vocab
+from batchmask.tools.envelope import registry_node
+from batchmask.tools.registry import ToolRegistry
 
 CATALOGUE = Path(__file__).resolve().parents[1].parent / "shared" / "tools" / "agent_tools.json"
 

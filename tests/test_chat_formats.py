@@ -15,10 +15,10 @@ from chat_fixtures import HERMES_STYLE, LLAMA31_STYLE, SHARED, qwen25_tool_token
 from hf_fixtures import hf_model, save
 
 from batchmask import ToolRegistry, compile_grammar
-from batchmask.chat_template import ChatTemplateError
-from batchmask.envelope import get_envelope
-from batchmask.generation import BatchGenerator, GenerationConfig
-from batchmask.prompt import catalogue, chat_messages, encode_prompt, render_prompt, tool_schemas
+from batchmask.run.generation import BatchGenerator, GenerationConfig
+from batchmask.tools.chat_template import ChatTemplateError
+from batchmask.tools.envelope import get_envelope
+from batchmask.tools.prompt import catalogue, chat_messages, encode_prompt, render_prompt, tool_schemas
 
 # Typed tools whose every value is short (bounded strings, enums, small integers, booleans), so that random
 # models finish their calls within the token budget; `answer` (native) is added first by the registry.
@@ -219,15 +219,15 @@ def test_generation_ends_on_any_stop_id(dirs, checkpoints, tmp_path):
 
 
 def test_import_batchmask_does_not_import_transformers():
-    code = ("import sys, batchmask, batchmask.api, batchmask.masker, batchmask.generation, batchmask.prompt, "
-            "batchmask.cli, batchmask.chat_template; from batchmask import compile_grammar, BatchMasker; "
+    code = ("import sys, batchmask, batchmask.api, batchmask.masker, batchmask.run.generation, batchmask.tools.prompt, "
+            "batchmask.run.cli, batchmask.tools.chat_template; from batchmask import compile_grammar, BatchMasker; "
             "assert 'transformers' not in sys.modules, 'transformers imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
 # --- the command line ------------------------------------------------------------------------------------------
 def test_cli_messages_system_and_show(dirs, checkpoints, tmp_path, capsys):
-    from batchmask.cli import main
+    from batchmask.run.cli import main
     model_dir = tmp_path / "model"
     model_dir.mkdir()
     for f in list(checkpoints["qwen2"].iterdir()) + list(Path(dirs["qwen25-tool-tokens"]).iterdir()):
@@ -274,8 +274,8 @@ def test_a_template_on_a_sentencepiece_vocabulary_maps_its_bos_text_to_the_id():
 
 
 def test_cli_ablate_takes_format_and_system_as_generate_does(dirs, checkpoints, tmp_path, capsys, monkeypatch):
-    from batchmask import generation
-    from batchmask.cli import main
+    from batchmask.run import generation
+    from batchmask.run.cli import main
     model_dir = tmp_path / "model"
     model_dir.mkdir()
     for f in list(checkpoints["gpt2"].iterdir()) + list(Path(dirs["hermes-style"]).iterdir()):

@@ -1,9 +1,9 @@
-"""classes.py groups rows and columns exactly: checked against a plain dict of row tuples."""
+"""table/classes.py groups rows and columns exactly: checked against a plain dict of row tuples."""
 from __future__ import annotations
 
 import torch
 
-from batchmask.classes import _members_equal, classes_of, column_classes, first_of_each
+from batchmask.table.classes import _members_equal, classes_of, column_classes, first_of_each
 
 
 def reference(rows: list[tuple]) -> tuple[list[int], list[int]]:
@@ -53,7 +53,7 @@ def test_collision_check_reads_shared_classes():
 
 
 def test_blocks_of_rows_give_the_same_grouping(monkeypatch):
-    from batchmask import classes
+    from batchmask.table.build import classes
     monkeypatch.setattr(classes, "_CHUNK", 64)                  # many small blocks of rows in the float64 products
     test_rows_every_branch()
     test_columns_match_rows_of_transpose()

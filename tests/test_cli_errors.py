@@ -18,10 +18,11 @@ from batchmask.models.tokenizer import load_tokenizer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from batchmask import cli, compile_json_schema
-from batchmask.cli import main
-from batchmask.schema import SchemaError
-from batchmask.schema_base import ITEMS_CEILING, LENGTH_CEILING
+from batchmask import compile_json_schema
+from batchmask.run import cli
+from batchmask.run.cli import main
+from batchmask.schema.base import ITEMS_CEILING, LENGTH_CEILING
+from batchmask.schema.build import SchemaError
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -75,7 +76,7 @@ def test_a_json_document_is_not_a_tasks_file(tmp_path, capsys):
     arr.write_text('["read a.txt", "add 1 and 2"]\n')
     assert main(["generate", "--tasks", str(arr), "--quiet"]) == 2
     assert "one JSON array" in _one_error_line(capsys)
-    from batchmask.runfiles import read_tasks
+    from batchmask.run.runfiles import read_tasks
     assert read_tasks(str(arr), "text").tasks == ['["read a.txt", "add 1 and 2"]']   # forcing text still reads it
 
 
@@ -208,15 +209,15 @@ def test_compile_out_never_overwrites_its_inputs(tmp_path, capsys):
 
 
 def test_ablate_json_checked_before_the_run(tmp_path, capsys, monkeypatch):
-    import batchmask.ablation
-    monkeypatch.setattr(batchmask.ablation, "run_ablation", None)     # the run must not start
+    import batchmask.evaluation.ablation
+    monkeypatch.setattr(batchmask.evaluation.ablation, "run_ablation", None)     # the run must not start
     assert main(["ablate", "--n", "2", "--json", str(tmp_path)]) == 2
     assert "--json" in _one_error_line(capsys)
 
 
 # --- tools files ----------------------------------------------------------------------------------
 def test_tools_file_with_bom_and_deep_nesting(tmp_path, capsys):
-    from batchmask.registry import RegistryError, ToolRegistry
+    from batchmask.tools.registry import RegistryError, ToolRegistry
     plain = (ROOT / "examples" / "tools.json").read_text(encoding="utf-8")
     bom = tmp_path / "bom.json"
     bom.write_bytes(b"\xef\xbb\xbf" + plain.encode("utf-8"))        # as the task files, a BOM is skipped
@@ -248,7 +249,7 @@ def _no_controls(text: str) -> bool:
 @given(st.text(st.characters(blacklist_characters='\\"'), max_size=40))
 @settings(max_examples=200, deadline=None)
 def test_printable_is_what_python_reads_back(text):
-    from batchmask.display import printable
+    from batchmask.text import printable
     shown = printable(text)
     assert _no_controls(shown.replace("\n", "")) and "\n" not in shown
     assert ast.literal_eval('"' + shown + '"') == text        # Python's own reading of the escapes: lossless
@@ -257,8 +258,8 @@ def test_printable_is_what_python_reads_back(text):
 def test_show_call_and_ablation_samples_escape_control_bytes():
     from types import SimpleNamespace
 
-    from batchmask.ablation import AblationReport, ArmResult
-    from batchmask.display import show_call
+    from batchmask.evaluation.ablation import AblationReport, ArmResult
+    from batchmask.run.display import show_call
     tok = SimpleNamespace(token_bytes=[b"\x00", b"\x1b[2J", b"ok\r", b"</s>"], eos_id=3, stop_ids=(3,))
     res = SimpleNamespace(token_ids=[0, 1, 2, 3], legal_counts=[1, 5, 200, 1], task="clear\x1b[H\x07 it",
                           call=None, error="bad \x00 byte", cut=False)
@@ -399,20 +400,20 @@ def test_grammar_that_is_not_a_cache_file_is_one_line_without_torch_words(tmp_pa
 
 # --- ablate --format / --system, as generate's ---------------------------------------------------
 def test_ablate_system_without_a_template_is_refused_before_any_compile(capsys, monkeypatch):
-    import batchmask.ablation
+    import batchmask.evaluation.ablation
     def no_compile(*a, **k):
         raise AssertionError("nothing may compile")
-    monkeypatch.setattr(batchmask.ablation, "compile_grammar", no_compile)
+    monkeypatch.setattr(batchmask.evaluation.ablation, "compile_grammar", no_compile)
     assert main(["ablate", "--n", "2", "--system", "be brief"]) == 2
     assert "--system needs a chat template" in _one_error_line(capsys)
 
 
 @pytest.mark.parametrize("fmt", ["json", "llama3"])
 def test_ablate_format_judges_calls_in_that_format(fmt, tmp_path, capsys):
-    from batchmask.ablation import _judge
-    from batchmask.envelope import get_envelope
-    from batchmask.registry import ToolRegistry
-    from batchmask.taskgen import judge, make_examples
+    from batchmask.evaluation.ablation import _judge
+    from batchmask.evaluation.taskgen import judge, make_examples
+    from batchmask.tools.envelope import get_envelope
+    from batchmask.tools.registry import ToolRegistry
     reg, env = ToolRegistry.defaults(), get_envelope(fmt)
     for ex in make_examples(6, seed=1, split="eval"):           # the same verdict as the seed text of that call
         body = json.dumps({env.name_key: ex.tool, env.args_key: ex.args})
@@ -441,15 +442,15 @@ def test_console_script_entry_installs_the_handler_before_importing_the_cli(tmp_
     # what pip's script does first (`from batchmask.console import main`), then a Ctrl-C while the CLI and its
     # modules are still being imported: it used to be a KeyboardInterrupt traceback from inside that import
     proc = _child("import os, signal, sys\nfrom batchmask.console import main\n"
-                  "assert 'batchmask.cli' not in sys.modules and 'torch' not in sys.modules\n"
-                  "os.kill(os.getpid(), signal.SIGINT)\nimport batchmask.cli, torch\nprint('not interrupted')\n",
+                  "assert 'batchmask.run.cli' not in sys.modules and 'torch' not in sys.modules\n"
+                  "os.kill(os.getpid(), signal.SIGINT)\nimport batchmask.run.cli, torch\nprint('not interrupted')\n",
                   tmp_path)
     assert (proc.returncode, proc.stderr, proc.stdout) == (130, "batchmask: interrupted\n", "")
 
 
 def test_console_script_ctrl_c_during_model_load_is_one_line(tmp_path):
     (tmp_path / "t.txt").write_text("what is 2+2\n")
-    proc = _child("import os, signal, sys, time\nfrom batchmask.console import main\nimport batchmask.cli as cli\n"
+    proc = _child("import os, signal, sys, time\nfrom batchmask.console import main\nimport batchmask.run.cli as cli\n"
                   "def load(*a, **k):\n    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(30)\n"
                   "cli.load_model_and_tokenizer = load\n"
                   "sys.argv = ['batchmask', 'generate', '--tasks', 't.txt', '--out', 'o.jsonl', '--quiet']\n"

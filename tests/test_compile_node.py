@@ -1,6 +1,6 @@
 """compile_node on hand-built grammar trees against a plain reference: a regular expression.
 
-The reference is written from the node types' documented meaning (grammar.py), independently of
+The reference is written from the node types' documented meaning (grammar/nodes.py), independently of
 the automaton builder: each tree becomes a `regex` pattern over bytes (UTF-8 characters spelled out
 as RFC 3629's table, JSON escapes spelled out), and a token is legal after a prefix exactly when
 prefix + token can still be completed (the `regex` module's partial matching). At every step of
@@ -15,9 +15,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from batchmask import compiler
-from batchmask.compiler import CompiledGrammar, GrammarCacheError, compile_node
-from batchmask.grammar import Alt, ByteSet, JsonStr, Lit, Repeat, Seq, Str, Word
+from batchmask.compiler.compiled import CompiledGrammar, GrammarCacheError, compile_node
+from batchmask.compiler.compiled import compiled as compiler
+from batchmask.grammar.nodes import Alt, ByteSet, JsonStr, Lit, Repeat, Seq, Str, Word
 
 regex = pytest.importorskip("regex")
 LLAMA = Path(__file__).resolve().parents[1].parent / "shared" / "llama2"

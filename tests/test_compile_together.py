@@ -1,5 +1,5 @@
 """Several tool sets compiled together (api.compile_grammars, GrammarStore.together): one automaton, a start state
-per set. Checked against each set compiled alone (for the seed format that is dfa.py's construction, another
+per set. Checked against each set compiled alone (for the seed format that is automaton/dfa.py's construction, another
 code path), token by token on random walks, and for the cache file and the run's table."""
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from test_grammar_set import MAX_STRING, SCHEMA, TOOL_SETS
 
 from batchmask import compile_grammar, compile_grammars
 from batchmask.api import load_grammars
-from batchmask.compiler import GrammarCacheError
-from batchmask.grammar_store import GrammarStore
+from batchmask.compiler.compiled import GrammarCacheError
 from batchmask.masker import BatchMasker
-from batchmask.registry import ToolRegistry
-from batchmask.schema_task import SchemaTask
+from batchmask.run.grammar_store import GrammarStore
+from batchmask.run.schema_task import SchemaTask
+from batchmask.tools.registry import ToolRegistry
 
 CATALOGUE = json.loads((Path(__file__).resolve().parents[1].parent / "shared" / "tools" / "agent_tools.json")
                        .read_text())["tools"]
@@ -48,7 +48,7 @@ def walk_both(together, start, alone, rng, steps=120):
 @pytest.mark.parametrize("fmt", ["json", "seed"])
 def test_each_set_together_is_the_set_alone(tok, fmt):
     sets = [[TOOL_SETS[0][0], TOOL_SETS[1][0]], TOOL_SETS[1], [TOOL_SETS[1][1], TOOL_SETS[0][0]]]
-    if fmt == "seed":                        # native tools: alone they take the seed's own construction (dfa.py)
+    if fmt == "seed":                        # native tools alone: the seed's construction (automaton/dfa.py)
         native = TOOL_SETS[2]["tools"]
         sets = [[native[0]], [native[1], native[0]], native]
     regs = [ToolRegistry.from_obj(s if fmt == "json" else {"tools": s}) for s in sets]

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from seed_oracle import Oracle
 
-from batchmask.compiler import CompiledGrammar, GrammarCacheError, compile_grammar
-from batchmask.registry import Tool, ToolArg, ToolRegistry
+from batchmask.compiler.compiled import CompiledGrammar, GrammarCacheError, compile_grammar
+from batchmask.tools.registry import Tool, ToolArg, ToolRegistry
 
 LLAMA = Path(__file__).resolve().parents[1].parent / "shared" / "llama2"
 
@@ -168,7 +168,7 @@ def test_llama_grammar_sizes(llama_grammar):
 
 def test_factored_rows_equal_the_plain_table(llama_vocab):
     """Rows computed for representatives only decode to exactly the rows computed state by state."""
-    from batchmask import compiler
+    from batchmask.compiler.compiled import compiled as compiler
     g = compile_grammar(ToolRegistry.defaults(), llama_vocab, max_string=300)
     real = compiler._far_mask
     try:

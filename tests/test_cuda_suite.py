@@ -88,9 +88,9 @@ def test_tokenizer_found_at_the_given_path():
 
 
 def test_synthetic_vocabulary_is_complete_and_keeps_prompts_short():
-    from batchmask.prompt import render_prompt
-    from batchmask.registry import ToolRegistry
-    from benchmarks.generate import make_tasks, synthetic_tokenizer
+    from batchmask.tools.prompt import render_prompt
+    from batchmask.tools.registry import ToolRegistry
+    from benchmarks.common import make_tasks, synthetic_tokenizer
     tok = synthetic_tokenizer(32000)
     assert tok.vocab_size == 32000 and len(set(tok.pieces)) == 32000
     registry = ToolRegistry.defaults()

@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schema_strategies import FORMAT_SAMPLES, closed, json_values, schemas
 
-from batchmask.envelope import ENVELOPES, CallError, Envelope, call_schema, get_envelope, registry_node
-from batchmask.grammar import Alt, Lit, Str, tool_path
-from batchmask.prompt import parse_call, render_call
-from batchmask.registry import Tool, ToolArg, ToolRegistry
-from batchmask.validate import check, loads
+from batchmask.grammar.nodes import Alt, Lit, Str, tool_path
+from batchmask.schema.validate import check, loads
+from batchmask.tools.envelope import ENVELOPES, CallError, Envelope, call_schema, get_envelope, registry_node
+from batchmask.tools.prompt import parse_call, render_call
+from batchmask.tools.registry import Tool, ToolArg, ToolRegistry
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 CHECKER = jsonschema.Draft202012Validator.FORMAT_CHECKER     # (FormatChecker() would mix in draft 3's time)
@@ -128,7 +128,7 @@ def _typed_registry():
     tools = json.loads((SHARED / "tools" / "agent_tools.json").read_text())
     try:
         return ToolRegistry.from_obj(tools, source="agent_tools.json")
-    except Exception as e:          # the typed registry lands with batchmask/schema.py
+    except Exception as e:          # the typed registry lands with batchmask/schema/build.py
         pytest.skip(f"typed registries not available yet: {e}")
 
 

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from batchmask.tokensim import ByteSteps, FlatVocab, explicit_columns
+from batchmask.table.tokensim import ByteSteps, FlatVocab, explicit_columns
 
 
 def plain(delta: np.ndarray, byte_class: np.ndarray, edges: np.ndarray, tokens: list[bytes]) -> set:

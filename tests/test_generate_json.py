@@ -15,9 +15,9 @@ import pytest
 from batchmask.models.checkpoint import ModelConfig, random_weights, write_checkpoint
 from schema_strategies import closed
 
-from batchmask.cli import main
-from batchmask.envelope import call_schema
-from batchmask.registry import ToolRegistry
+from batchmask.run.cli import main
+from batchmask.tools.envelope import call_schema
+from batchmask.tools.registry import ToolRegistry
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 LLAMA = SHARED / "llama2" / "tokenizer.model"
@@ -105,7 +105,7 @@ def test_free_arm_parses_in_the_format_asked(model_files, tmp_path):
     out = tmp_path / "free.jsonl"
     assert _generate(model_files, out, "--format", "json", "--no-constrain") == 0
     registry = ToolRegistry.from_json(CATALOGUE)
-    from batchmask.prompt import parse_call
+    from batchmask.tools.prompt import parse_call
     for line in out.read_text(encoding="utf-8").split("\n"):
         if line:
             r = json.loads(line)

@@ -16,11 +16,11 @@ from batchmask.models.checkpoint import ModelConfig, random_weights, write_check
 from batchmask.models.llama import Transformer
 from batchmask.models.tokenizer import Tokenizer
 
-from batchmask.cli import main
-from batchmask.compiler import compile_grammar
-from batchmask.generation import BatchGenerator, GenerationConfig
-from batchmask.prompt import parse_call
-from batchmask.registry import Tool, ToolArg, ToolRegistry
+from batchmask.compiler.compiled import compile_grammar
+from batchmask.run.cli import main
+from batchmask.run.generation import BatchGenerator, GenerationConfig
+from batchmask.tools.prompt import parse_call
+from batchmask.tools.registry import Tool, ToolArg, ToolRegistry
 
 ROOT = Path(__file__).resolve().parents[1]
 FRAGMENTS = ['{"', '":"', '","', '"}}', '"}', 'tool', 'args', 'calc', 'read', '_file', 'path', 'text', 'expr',
@@ -129,7 +129,7 @@ def test_free_arm_draws_the_constrained_tokens_until_it_leaves_the_grammar(tempe
     from batchmask.models.llama import load_checkpoint
     from batchmask.models.tokenizer import load_tokenizer
 
-    from batchmask.cli import DEFAULT_DIR
+    from batchmask.run.cli import DEFAULT_DIR
     tok = load_tokenizer(str(DEFAULT_DIR / "tokenizer.model"))
     model = load_checkpoint(DEFAULT_DIR / "model.bin")
     registry = ToolRegistry.defaults()

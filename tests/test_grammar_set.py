@@ -1,5 +1,5 @@
-"""Many tool sets in one batch: the combined table (grammar_set.py), per-row start states in the masker, per-task
-tools in generation and the CLI, and the grammar cache (grammar_store.py)."""
+"""Many tool sets in one batch: the combined table (compiler/sets.py), per-row start states in the masker, per-task
+tools in generation and the CLI, and the grammar cache (run/grammar_store.py)."""
 from __future__ import annotations
 
 import json
@@ -15,13 +15,13 @@ from batchmask.models.checkpoint import ModelConfig, random_weights, write_check
 from test_generation import random_model, small_tokenizer
 
 from batchmask import compile_grammar
-from batchmask import compiler as compiler_module
-from batchmask.cli import main
-from batchmask.generation import BatchGenerator, GenerationConfig
-from batchmask.grammar_set import GrammarSetError, combine, starts_of
-from batchmask.grammar_store import GrammarStore
+from batchmask.compiler.compiled import compiled as compiler_module
+from batchmask.compiler.sets import GrammarSetError, combine, starts_of
 from batchmask.masker import BatchMasker
-from batchmask.registry import ToolRegistry
+from batchmask.run.cli import main
+from batchmask.run.generation import BatchGenerator, GenerationConfig
+from batchmask.run.grammar_store import GrammarStore
+from batchmask.tools.registry import ToolRegistry
 
 MAX_STRING = 6
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "minLength": 1, "maxLength": 4},
@@ -73,7 +73,7 @@ def test_combined_table_is_each_grammar_in_every_state_and_token(sets):
 
 
 def test_combined_seed_grammars(tok):
-    """The seed's format (dfa.py's tables, native tools) combines the same way."""
+    """The seed's format (automaton/dfa.py's tables, native tools) combines the same way."""
     regs = [ToolRegistry.defaults(), ToolRegistry.from_obj(TOOL_SETS[2])]
     check_combined([compile_grammar(r, tok, max_string=MAX_STRING) for r in regs])
 

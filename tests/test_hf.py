@@ -260,7 +260,7 @@ def test_not_a_model_directory(tmp_path):
 
 
 def test_cli_prints_one_line_for_a_bad_directory(written, tmp_path, capsys):
-    from batchmask.cli import main
+    from batchmask.run.cli import main
     d = copy_of(written, "llama-gqa-untied-llama3", tmp_path)
     edit_config(d, rope_parameters={"rope_type": "longrope", "rope_theta": 1e4})
     tasks = tmp_path / "tasks.txt"
@@ -272,7 +272,7 @@ def test_cli_prints_one_line_for_a_bad_directory(written, tmp_path, capsys):
 
 
 def test_cli_takes_the_tokenizer_from_the_model_directory(written):
-    from batchmask.cli import resolve_model_paths
+    from batchmask.run.cli import resolve_model_paths
     d, _ = written("qwen2-bias-tied")
     assert resolve_model_paths(str(d), None) == (d, d)
     assert resolve_model_paths(str(d / "config.json"), None) == (d / "config.json", d)
@@ -331,7 +331,7 @@ def test_generate_reads_the_tokenizer_from_the_model_directory(tmp_path, capsys)
     constrained call parses whatever the random model prefers."""
     import shutil
 
-    from batchmask.cli import main
+    from batchmask.run.cli import main
     shared = ROOT.parent / "shared" / "gpt2"
     if not (shared / "tokenizer.json").exists():
         pytest.skip("no ../shared/gpt2 tokenizer beside the checkout")

@@ -14,10 +14,10 @@ from hf_fixtures import hf_model, save
 from test_chat_formats import MAX_STRING, TASKS, registry
 
 from batchmask import compile_grammar
-from batchmask.envelope import get_envelope
-from batchmask.generation import BatchGenerator, GenerationConfig
 from batchmask.hf import LogitsProcessor
-from batchmask.prompt import encode_prompt, parse_call
+from batchmask.run.generation import BatchGenerator, GenerationConfig
+from batchmask.tools.envelope import get_envelope
+from batchmask.tools.prompt import encode_prompt, parse_call
 
 PAD = 50256
 FMT = "llama3"
@@ -142,7 +142,7 @@ def test_each_sequence_in_its_own_tool_set(setup):
     """Tool sets compiled together, one per sequence (`sets`): every sampled call names a tool of its own set and
     validates against it."""
     from batchmask import compile_grammars
-    from batchmask.registry import ToolRegistry
+    from batchmask.tools.registry import ToolRegistry
     model, _, tok, reg, _ = setup
     regs = [ToolRegistry(list(reg)[:2], source="<two tools>"), ToolRegistry(list(reg)[2:], source="<the others>")]
     assert set(regs[0].names) != set(regs[1].names)

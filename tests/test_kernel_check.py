@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from batchmask.cli import main
+from batchmask.run.cli import main
 
 pytest.importorskip("triton")
 
@@ -39,7 +39,7 @@ def test_a_bad_architecture_is_one_clear_line(capsys):
 
 @pytest.mark.parametrize("bad", [{"error": "CompilationError: out of resources"}, {"spills": 64}])
 def test_a_compile_error_or_a_spill_fails_the_check(monkeypatch, capsys, bad):
-    from batchmask import kernel_check
+    from batchmask.kernels import check as kernel_check
     good = dict(kernel="_mask_kernel", label="logits float32, table int16", arch="sm_90", error=None,
                 registers=30, spills=0, stack=0, shared=0, cubin_bytes=16000)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # report in this process, from the rows below

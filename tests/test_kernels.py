@@ -19,7 +19,7 @@ import pytest
 from batchmask.kernels import choose_cpu, mask_torch, rng
 from batchmask.kernels.tables import make_tables
 
-from batchmask.next_codes import decode_next
+from batchmask.table.next_codes import decode_next
 from tests.grammar_fixtures import make_random_grammar
 from tests.kernel_helpers import (
     DEVICE,
@@ -238,7 +238,7 @@ def test_sample_fallbacks():
 
 
 # ----------------------------------------------------------------------------------------------------------
-# the next-state rule: the Triton kernel's jitted copy of batchmask.next_codes.decode_next
+# the next-state rule: the Triton kernel's jitted copy of batchmask.table.next_codes.decode_next
 
 def test_jitted_decode_next_agrees_on_every_code_kind():
     targets = torch.tensor([3, 9, 17, 40000, 65000, 70000], dtype=torch.int32)   # what absolute codes name

@@ -17,7 +17,7 @@ if not torch.cuda.is_available():
 import pytest
 
 from batchmask.masker import BatchMasker, GrammarTableError, IllegalTokenError
-from batchmask.next_codes import decode_next
+from batchmask.table.next_codes import decode_next
 from tests.grammar_fixtures import make_loop_grammar, make_random_grammar
 from tests.kernel_helpers import BACKENDS, DEVICE, HAVE_TRITON, NEG_INF  # noqa: F401
 
@@ -344,7 +344,7 @@ def test_factored_tables_refused_where_a_code_leaves_the_states(dtype):
 
 
 def test_target_segments_checked_against_the_list_they_read():
-    """Absolute codes read the target list from their state's segment base (next_codes.py): a table is refused
+    """Absolute codes read the target list from their state's segment base (table/next_codes.py): a table is refused
     where some state's code + base passes the list, and a malformed segment list is refused, naming the field."""
     S, R, C, V = 40, 4, 3, 6
     state_row = torch.arange(S) % R
@@ -385,8 +385,8 @@ def real_grammar():
     try:
         from batchmask.models.tokenizer import load_tokenizer
 
-        from batchmask.compiler import compile_grammar
-        from batchmask.registry import ToolRegistry
+        from batchmask.compiler.compiled import compile_grammar
+        from batchmask.tools.registry import ToolRegistry
     except ImportError as e:
         pytest.skip(f"real compiler / tokenizer not available yet: {e}")
     if not (LLAMA2 / "tokenizer.model").exists():

@@ -1,4 +1,4 @@
-"""The next-state code (batchmask/next_codes.py): absolute codes through the target list, relative codes, -1.
+"""The next-state code (batchmask/table/next_codes.py): absolute codes through the target list, relative codes, -1.
 
 Checked against the plain meaning of a table entry: the state it leads to, written out without the list."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from batchmask.next_codes import decode_next, decode_next_np, encode_relative, encode_targets, segment_bases
+from batchmask.table.next_codes import decode_next, decode_next_np, encode_relative, encode_targets, segment_bases
 
 
 @st.composite

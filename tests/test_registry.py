@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from batchmask.prompt import SCAFFOLD, parse_call, render_call, render_prompt
-from batchmask.registry import RegistryError, Tool, ToolArg, ToolRegistry
+from batchmask.tools.prompt import SCAFFOLD, parse_call, render_call, render_prompt
+from batchmask.tools.registry import RegistryError, Tool, ToolArg, ToolRegistry
 
 
 def test_defaults_have_answer_first_and_the_five_tools():

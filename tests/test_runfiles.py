@@ -13,10 +13,10 @@ import pytest
 from batchmask.models.checkpoint import ModelConfig, random_weights, write_checkpoint
 from batchmask.models.tokenizer import Tokenizer
 
-from batchmask import fingerprint, limits, runfiles
-from batchmask.cli import main
-from batchmask.locks import FileLock
-from batchmask.runfiles import RunFileError, read_tasks, record_line, scan_results
+from batchmask.run import fingerprint, limits, runfiles
+from batchmask.run.cli import main
+from batchmask.run.locks import FileLock
+from batchmask.run.runfiles import RunFileError, read_tasks, record_line, scan_results
 
 ROOT = Path(__file__).resolve().parents[1]
 ODD = "a\u2028b\u2029c\u0085d\re\x1cf\x1dg\x1eh\x0bi\x0cj"     # every separator str.splitlines() also splits on
@@ -258,7 +258,7 @@ def test_resume_accepts_display_flags_and_the_run_file_is_beside_the_output(file
 
 
 def test_resume_refuses_the_lines_of_a_run_that_stopped_on_an_error(files, full, tmp_path, capsys, monkeypatch):
-    from batchmask.generation import BatchGenerator
+    from batchmask.run.generation import BatchGenerator
     real, seen = BatchGenerator._result, []
 
     def failing(self, *a):                      # the fourth result finds something wrong (say, an illegal token)

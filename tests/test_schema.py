@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schema_reference import compile_regex, walk
 
-from batchmask.schema import SchemaOptions, json_literal, schema_node
+from batchmask.schema.build import SchemaOptions, json_literal, schema_node
 
 CATALOGUE = Path(__file__).resolve().parents[1].parent / "shared" / "tools" / "agent_tools.json"
 V = jsonschema.Draft202012Validator

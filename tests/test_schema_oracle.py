@@ -24,7 +24,7 @@ No other difference is tolerated. llguidance runs with `no_forcing` (its default
 narrows masks in forced stretches to one canonical tokenisation, which is not the language).
 
 Every completed walk, and the finish() completion of a walk's prefix at each of its first 64 steps
-and every 16th after, is validated by jsonschema with the format checker (and by batchmask.validate).
+and every 16th after, is validated by jsonschema with the format checker (and by batchmask.schema.validate).
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schema_strategies import closed, object_schemas, schemas
 
-from batchmask.validate import check, loads
+from batchmask.schema.validate import check, loads
 
 llg = pytest.importorskip("llguidance")
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
@@ -351,8 +351,8 @@ def validate_value(data: bytes, schema):
 # --- tests ----------------------------------------------------------------------------------------------
 def _api():
     api = pytest.importorskip("batchmask.api")
-    schema = pytest.importorskip("batchmask.schema")
-    from batchmask import compiler
+    schema = pytest.importorskip("batchmask.schema.build")
+    from batchmask.compiler.compiled import compiled as compiler
     if not hasattr(compiler, "compile_node"):
         pytest.skip("compiler.compile_node not available yet")
     return api, schema
@@ -381,8 +381,8 @@ def catalogue():
 @pytest.mark.parametrize("name", ["gpt2", "llama2"])
 def test_catalogue_calls_match_llguidance(name):
     api, sch = _api()
-    from batchmask.envelope import call_schema, get_envelope, is_typed
-    from batchmask.registry import ToolRegistry
+    from batchmask.tools.envelope import call_schema, get_envelope, is_typed
+    from batchmask.tools.registry import ToolRegistry
     registry = ToolRegistry.from_obj(catalogue(), source="agent_tools.json")
     typed = [t for t in registry if is_typed(t)]
     if not typed:

@@ -5,9 +5,9 @@ import re
 
 import pytest
 
-from batchmask.registry import RegistryError, ToolRegistry
-from batchmask.schema import ANNOTATIONS, SchemaError, SchemaOptions, schema_node
-from batchmask.schema_base import SUPPORTED
+from batchmask.schema.base import SUPPORTED
+from batchmask.schema.build import ANNOTATIONS, SchemaError, SchemaOptions, schema_node
+from batchmask.tools.registry import RegistryError, ToolRegistry
 
 S = {"type": "string", "maxLength": 4}
 REFUSED = [   # (schema of the property "p", pointer under #/properties/p, what the message says)
@@ -219,7 +219,7 @@ def test_a_subschema_met_before_is_reused_only_in_the_same_context(monkeypatch):
     """schema._build keeps the node of a subschema it has built (tool sets repeat parameter schemas); the node of
     the same JSON in another context (options, separators, depth, under a $ref) is built afresh, so a refusal
     there is not hidden by an earlier success, and the reused node is the one built without the memo."""
-    from batchmask import schema as schema_mod
+    from batchmask.schema.build import build as schema_mod
     sub = {"type": "array", "items": {"type": "integer"}, "maxItems": 2}
     shallow = {"type": "object", "properties": {"a": sub}, "required": ["a"]}
     deep = {"type": "object", "properties": {"a": sub, "b": {"type": "object", "properties": {"c": sub}}}}

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import torch
 
-from batchmask.tokensim import prepare_vocab
-from batchmask.values import value_type
+from batchmask.grammar.values import value_type
+from batchmask.table.tokensim import prepare_vocab
 
 
 def test_stop_cells_match_nonzero():

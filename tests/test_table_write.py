@@ -1,18 +1,18 @@
-"""The table written from its compact parts (batchmask/table_write.py) against the same table written out plainly.
+"""The table written from its compact parts (batchmask/table/write.py) against the same table written out plainly.
 
 A reference built the obvious way: every row as a dense list of codes, equal rows found by a dict, equal columns
 by another, legal ids counted token by token. The parts must give a table that is entry for entry the same
 function (row of each input row, class of each token), with no two rows or columns equal, and the same counts;
-sparse_classes (classes.py) is checked against a dict of entry sets, with and without forced hash collisions."""
+sparse_classes (table/classes.py) is checked against a dict of entry sets, with and without forced hash collisions."""
 from __future__ import annotations
 
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from batchmask import classes
-from batchmask.classes import sparse_classes
-from batchmask.table_write import RowParts
+from batchmask.table.build import classes
+from batchmask.table.classes import sparse_classes
+from batchmask.table.write import RowParts
 
 
 @st.composite

@@ -1,5 +1,5 @@
 """The task generator: deterministic, unchanged since the shipped model's training, held-out pools really
-disjoint, every reference call valid. The eval split is the library's (batchmask/taskgen.py), the training
+disjoint, every reference call valid. The eval split is the library's (batchmask/evaluation/taskgen.py), the training
 split the recipe's (recipes/default_model/tasks.py)."""
 import ast
 import hashlib
@@ -13,9 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from batchmask.prompt import parse_call, render_call
-from batchmask.registry import ToolRegistry
-from batchmask.taskgen import (
+from batchmask.evaluation.taskgen import (
     EVAL,
     KIND_TOOL,
     KIND_WEIGHTS,
@@ -29,6 +27,8 @@ from batchmask.taskgen import (
     number_words,
     sayable,
 )
+from batchmask.tools.prompt import parse_call, render_call
+from batchmask.tools.registry import ToolRegistry
 from recipes.default_model.tasks import TRAIN, TRAIN_KIND_TOOL, TRAIN_KIND_WEIGHTS, make_train_examples
 
 REG = ToolRegistry.defaults()
@@ -174,7 +174,7 @@ def test_examples_equal_the_generator_the_shipped_model_was_trained_with():
     old.__package__ = "batchmask"   # its relative imports (prompt, registry) resolve in today's package
     sys.modules[name] = old         # dataclasses look their module up while building the class
     try:
-        exec(compile(source, f"{TRAINED_WITH[:7]}:batchmask/taskgen.py", "exec"), old.__dict__)
+        exec(compile(source, f"{TRAINED_WITH[:7]}:batchmask/evaluation/taskgen.py", "exec"), old.__dict__)
         for split, seed, n in [("train", 1, 2000), ("train", 2, 2000), ("train", 0, 500), ("eval", 3, 500),
                                ("eval", 0, 500), ("eval", 1, 500)]:
             before, now = old.make_examples(n, seed, split), generate(split, seed, n)
@@ -327,8 +327,8 @@ def test_training_names_are_fresh_and_cover_every_letter(train):
 def test_the_module_docstring_examples_hold():
     import doctest
 
-    import batchmask.taskgen
+    import batchmask.evaluation.taskgen
     import recipes.default_model.tasks
-    for module in (batchmask.taskgen, recipes.default_model.tasks):
+    for module in (batchmask.evaluation.taskgen, recipes.default_model.tasks):
         result = doctest.testmod(module)
         assert result.attempted and not result.failed, module.__name__

@@ -16,9 +16,9 @@ from batchmask.models import load_tokenizer
 from batchmask.models.checkpoint import ModelConfig, random_weights, write_checkpoint
 from test_compiler import oracle_for, walk_and_compare
 
-from batchmask.cli import main
-from batchmask.compiler import compile_grammar
-from batchmask.registry import ToolRegistry
+from batchmask.compiler.compiled import compile_grammar
+from batchmask.run.cli import main
+from batchmask.tools.registry import ToolRegistry
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 GPT2, QWEN2 = SHARED / "gpt2", SHARED / "qwen2"

@@ -9,9 +9,9 @@ from batchmask.models.checkpoint import ModelConfig, read_checkpoint
 from batchmask.models.llama import Transformer, load_checkpoint
 from batchmask.models.tokenizer import load_tokenizer
 
-from batchmask.prompt import parse_call, render_call, render_prompt
-from batchmask.registry import ToolRegistry
-from batchmask.taskgen import make_examples
+from batchmask.evaluation.taskgen import make_examples
+from batchmask.tools.prompt import parse_call, render_call, render_prompt
+from batchmask.tools.registry import ToolRegistry
 from recipes.default_model.data import ExampleEncoder, build_dataset, common_prefix, encode_example
 from recipes.default_model.state import TrainError, load_state, save_state
 from recipes.default_model.tasks import make_train_examples

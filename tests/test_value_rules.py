@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from batchmask.automaton import row_classes
-from batchmask.values import close_ok, stays_need, stays_ok, value_type
+from batchmask.automaton.form import row_classes
+from batchmask.grammar.values import close_ok, stays_need, stays_ok, value_type
 
 TYPES = [value_type(k, u) for k in ("seed", "json") for u in (True, False)]
 
@@ -17,7 +17,7 @@ def test_stays_and_close_match_their_statements():
         Q = vt.num_substates
         q2 = np.arange(-1, Q)[None, :, None]
         for max_ in (0, 1, 3, 7):
-            plain = (q2 >= 0) & (n + vt.pending[np.maximum(q2, 0)] <= max_)        # values.py's stays_ok, as written
+            plain = (q2 >= 0) & (n + vt.pending[np.maximum(q2, 0)] <= max_)  # values.py's stays_ok, as written
             assert np.array_equal(stays_ok(vt, n, q2, max_), plain)
             tv = vt.on("cpu")
             assert torch.equal(stays_ok(tv, torch.as_tensor(n), torch.as_tensor(q2), max_), torch.as_tensor(plain))
@@ -43,7 +43,7 @@ def test_row_classes_match_numpy_unique():
 
 
 def test_cells_numbering_and_kept_layouts(monkeypatch):
-    from batchmask import values
+    from batchmask.grammar.nodes import values
     monkeypatch.setattr(values, "CELLS_KEPT", 2)
     for vt in TYPES:
         for max_, base in ((0, 0), (3, 7), (5, 100), (3, 1), (9, 0), (3, 7)):        # caps repeat, and get evicted

@@ -1,4 +1,4 @@
-"""A run in waves (batchmask/waves.py): at most N distinct tool sets per table. Checked against the same run in one
+"""A run in waves (batchmask/run/waves.py): at most N distinct tool sets per table. Checked against the same run in one
 wave: the same records, whether later waves are read back from the grammar cache or kept in host memory."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import jsonschema
 import pytest
 from test_grammar_set import cli, files, tok  # noqa: F401  (fixtures)
 
-from batchmask import waves
-from batchmask.waves import cut_waves
+from batchmask.run import waves
+from batchmask.run.waves import cut_waves
 
 
 @pytest.mark.parametrize("seed", range(30))

@@ -1,4 +1,4 @@
-"""Word (grammar.py): a run of ASCII bytes (first from `start`, the others from `body`, the last from `end`)
+"""Word (grammar/nodes.py): a run of ASCII bytes (first from `start`, the others from `body`, the last from `end`)
 compiled as a value block. Checked token by token against
 a regex of the same language (test_compile_node's Reference), on a synthetic vocabulary of every byte and pieces
 of words, and on Llama 2's."""
@@ -10,8 +10,8 @@ import pytest
 import torch
 from test_compile_node import Reference, llama, walk  # noqa: F401  (fixture)
 
-from batchmask.compiler import compile_node
-from batchmask.grammar import Alt, ByteSet, Lit, Repeat, Seq, Word
+from batchmask.compiler.compiled import compile_node
+from batchmask.grammar.nodes import Alt, ByteSet, Lit, Repeat, Seq, Word
 
 ALNUM = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 
@@ -79,7 +79,7 @@ def test_hostnames_are_the_documented_language():
 
     from schema_reference import compile_regex
 
-    from batchmask import schema_formats_net as net
+    from batchmask.schema.build import formats_net as net
     rng = random.Random(5)
     letters = string.ascii_letters                              # the definition's own alphabet
     alnum = letters + string.digits

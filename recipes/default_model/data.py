@@ -14,9 +14,9 @@ import sys
 import torch
 from batchmask.models.tokenizer import Tokenizer
 
-from batchmask.prompt import render_call, render_prompt
-from batchmask.registry import ToolRegistry
-from batchmask.taskgen import Example, TaskSplit, make_examples
+from batchmask.evaluation.taskgen import Example, TaskSplit, make_examples
+from batchmask.tools.prompt import render_call, render_prompt
+from batchmask.tools.registry import ToolRegistry
 
 from .tasks import TRAIN
 

@@ -4,7 +4,7 @@
     >>> make_train_examples(1, seed=0)[0].task
     "put the text 'Ploa done' in stret/eemu/Myst.txt"
 
-The generator and the held-out eval split live in the library (batchmask/taskgen.py, which
+The generator and the held-out eval split live in the library (batchmask/evaluation/taskgen.py, which
 `batchmask ablate` uses); this module only says what training draws from. Training shares none of
 the eval split's phrasings, numbers or names (tests/test_taskgen.py checks it), so evaluation
 measures generalisation:
@@ -22,7 +22,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from batchmask.taskgen import (
+from batchmask.evaluation.taskgen import (
     EVAL_NAMES,
     KIND_TOOL,
     KIND_WEIGHTS,

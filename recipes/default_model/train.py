@@ -7,7 +7,7 @@
 Run from the repository root. Data: generated tool-use tasks (the training split, tasks.py), encoded
 as generation sees them (data.py); the vocabulary is learnt on the same text (vocab.py). The loss is
 taken only on the call tokens and the EOS. Evaluation: the library's held-out eval split
-(batchmask/taskgen.py), greedy and unmasked.
+(batchmask/evaluation/taskgen.py), greedy and unmasked.
 
 Speed trick: every prompt begins with the same tool catalogue (~140 of ~180 tokens), so a batch
 shares that prefix. `forward_shared_prefix` runs the prefix once (batch 1) and lets every row's
@@ -35,9 +35,9 @@ from batchmask.models.checkpoint import CheckpointError, ModelConfig, write_chec
 from batchmask.models.llama import Transformer, load_checkpoint
 from batchmask.models.tokenizer import Tokenizer, TokenizerError, load_tokenizer
 
-from batchmask.prompt import render_prompt
-from batchmask.registry import ToolRegistry
-from batchmask.taskgen import EVAL, KIND_WEIGHTS, judge, make_examples
+from batchmask.evaluation.taskgen import EVAL, KIND_WEIGHTS, judge, make_examples
+from batchmask.tools.prompt import render_prompt
+from batchmask.tools.registry import ToolRegistry
 
 from .data import Dataset, build_dataset
 from .state import TrainError, load_data, load_state, save_data, save_state

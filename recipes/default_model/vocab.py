@@ -11,9 +11,9 @@ from pathlib import Path
 
 from batchmask.models.tokenizer import Tokenizer, load_tokenizer
 
-from batchmask.prompt import render_call, render_prompt
-from batchmask.registry import ToolRegistry
-from batchmask.taskgen import Example
+from batchmask.evaluation.taskgen import Example
+from batchmask.tools.prompt import render_call, render_prompt
+from batchmask.tools.registry import ToolRegistry
 
 from .state import TrainError
 from .tasks import make_train_examples

@@ -1,0 +1,165 @@
+"""Any tree of grammar/nodes.py's nodes -> a hash-consed NFA (the first half of automaton/tree.py's build).
+
+The NFA is built right to left and hash-consed: a state is (kind, what it reads, where it goes),
+and equal states are one state. Equal suffixes of a grammar (every tool's closing `"}}`, say)
+are therefore the same NFA states, and two equal value bodies with equal continuations are the
+same block. Kinds:
+
+    BYTE   one byte from a set, then `next`        (Lit bytes, ByteSet)
+    ALT    any of several states (no byte)          (Alt, optional repeats)
+    BLOCK  a value body of a value type, `next` after its closing byte   (Str, JsonStr)
+    END    the value is complete
+
+Every edge goes from a later-built state to an earlier one (ids decrease along a path), so the
+shortest completion of every state is one pass in id order.
+"""
+from __future__ import annotations
+
+from ..grammar.nodes import Alt, ByteSet, JsonStr, Lit, Repeat, Seq, Str, Word
+from ..grammar.values import value_type, word_type
+
+BYTE, ALT, BLOCK, END = range(4)
+
+_ONE_BYTE = tuple(bytes(b == i for i in range(256)) for b in range(256))     # the mask of each single byte
+
+
+class GrammarBuildError(ValueError):
+    """A grammar tree the automaton builder cannot take (malformed, or too large)."""
+
+
+class NFA:
+    """The hash-consed NFA of one or more grammar trees (`build` adds a tree before a continuation state)."""
+
+    def __init__(self, utf8: bool):
+        self.utf8 = utf8
+        self.kind: list[int] = []
+        self.arg: list = []          # BYTE: mask id; ALT: tuple of states; BLOCK: (value type, min, max)
+        self.next: list[int] = []
+        self._index: dict = {}
+        self.masks: list[bytes] = []
+        self._mask_id: dict[bytes, int] = {}
+        self._built: dict = {}       # (id(node), k) -> state: a subtree met again (a tool in many sets) is not rebuilt
+        self.end = self._add(END, None, -1)
+
+    def _add(self, kind, arg, nxt) -> int:
+        key = (kind, arg, nxt)
+        i = self._index.get(key)
+        if i is None:
+            i = self._index[key] = len(self.kind)
+            self.kind.append(kind)
+            self.arg.append(arg)
+            self.next.append(nxt)
+        return i
+
+    def _mask(self, mask: bytes) -> int:
+        i = self._mask_id.get(mask)
+        if i is None:
+            i = self._mask_id[mask] = len(self.masks)
+            self.masks.append(mask)
+        return i
+
+    def build(self, node, k: int, where) -> int:
+        """The state that reads `node` and then goes on to state `k`.
+
+        Building is deterministic and hash-consed, so the same subtree object before the same `k` gives
+        the same state again: it is looked up (the tree holds its nodes, so their ids stay theirs)."""
+        key = (id(node), k)
+        got = self._built.get(key)
+        if got is None:
+            got = self._built[key] = self._build(node, k, where)
+        return got
+
+    def _build(self, node, k: int, where) -> int:
+        if isinstance(node, Lit):
+            if not isinstance(node.text, (bytes, bytearray)):
+                raise GrammarBuildError(f"{_text(where)}: Lit.text must be bytes, got {type(node.text).__name__}")
+            for b in reversed(bytes(node.text)):
+                k = self._add(BYTE, self._mask(_ONE_BYTE[b]), k)
+            return k
+        if isinstance(node, Seq):
+            for i in range(len(node.items) - 1, -1, -1):
+                k = self.build(node.items[i], k, (where, ".items", i))
+            return k
+        if isinstance(node, Alt):
+            if not node.options:
+                raise GrammarBuildError(f"{_text(where)}: Alt has no options")
+            opts = tuple(dict.fromkeys(self.build(o, k, (where, ".options", i)) for i, o in enumerate(node.options)))
+            return opts[0] if len(opts) == 1 else self._add(ALT, opts, -1)
+        if isinstance(node, ByteSet):
+            mask = bytes(node.mask)
+            if mask not in self._mask_id and (len(mask) != 256 or mask.translate(None, b"\x00\x01")):
+                raise GrammarBuildError(f"{_text(where)}: ByteSet.mask must be 256 bytes of 0/1, got {len(mask)} bytes")
+            return self._add(BYTE, self._mask(mask), k)
+        if isinstance(node, Repeat):
+            _check_bounds(node, where)
+            opt = k
+            for _ in range(node.max - node.min):          # up to max - min more, each optional
+                opt = self._alt(self.build(node.item, opt, (where, ".item", None)), k)
+            for _ in range(node.min):
+                opt = self.build(node.item, opt, (where, ".item", None))
+            return opt
+        if isinstance(node, Word):
+            _check_bounds(node, where)
+            try:
+                vt = word_type(node.start, node.body, node.end)
+            except ValueError as e:
+                raise GrammarBuildError(f"{_text(where)}: {e}") from None
+            body = bytes(a | b for a, b in zip(bytes(node.start), bytes(node.body)))
+            if not self._plain_end(body, k):
+                raise GrammarBuildError(f"{_text(where)}: a Word must be followed by bytes it cannot hold")
+            return self._add(BLOCK, (vt.name, node.min, node.max), k)
+        if isinstance(node, (Str, JsonStr)):
+            _check_bounds(node, where)
+            if self.end in self.closure(k):
+                raise GrammarBuildError(f"{_text(where)}: a string body must be followed by its closing quote, "
+                                        "not by the end of the grammar")
+            vt = value_type("seed" if isinstance(node, Str) else "json", self.utf8)
+            return self._add(BLOCK, (vt.name, node.min, node.max), k)
+        raise GrammarBuildError(f"{_text(where)}: not a grammar node: {type(node).__name__} "
+                                "(expected Lit, Seq, Alt, ByteSet, Repeat, Str or JsonStr)")
+
+    def _plain_end(self, body: bytes, k: int) -> bool:
+        """What follows state k starts with single bytes (no value, not the grammar's end), none of them in
+        `body`: where a value of those bytes stops is then plain, as a block needs."""
+        after = self.closure(k)
+        if any(e == self.end or isinstance(e, tuple) or self.kind[e] != BYTE for e in after):
+            return False
+        follow = bytes(max(col) for col in zip(*(self.masks[self.arg[e]] for e in after)))
+        return not any(a and b for a, b in zip(body, follow))
+
+    def _alt(self, a: int, b: int) -> int:
+        return a if a == b else self._add(ALT, (a, b), -1)
+
+    def closure(self, i: int, memo: dict | None = None) -> tuple:
+        """The elements state i stands for, in priority order (first Alt option first)."""
+        memo = self._closure if memo is None else memo
+        got = memo.get(i)
+        if got is not None:
+            return got
+        kind = self.kind[i]
+        if kind == ALT:
+            out = tuple(dict.fromkeys(e for o in self.arg[i] for e in self.closure(o, memo)))
+        elif kind == BLOCK:
+            out = ((i, 0, 0),)
+        else:
+            out = (i,)
+        memo[i] = out
+        return out
+
+    _closure: dict
+
+
+def _text(where) -> str:
+    """A node's place in the tree for an error message: where arguments are (parent, field, index) chains,
+    spelled out only when an error needs them (building them as text cost more than the build)."""
+    parts = []
+    while isinstance(where, tuple):
+        where, field, i = where
+        parts.append(field if i is None else f"{field}[{i}]")
+    return str(where) + "".join(reversed(parts))
+
+
+def _check_bounds(node, where):
+    if not (isinstance(node.min, int) and isinstance(node.max, int) and 0 <= node.min <= node.max):
+        raise GrammarBuildError(f"{_text(where)}: {type(node).__name__} bounds must be integers 0 <= min <= max, "
+                                f"got min={node.min!r}, max={node.max!r}")

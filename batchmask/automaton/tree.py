@@ -1,0 +1,323 @@
+"""Any tree of grammar/nodes.py's nodes -> the automaton of automaton/form.py (NFA, then subset construction).
+
+The NFA (automaton/nfa.py) is built right to left and hash-consed; its kinds are BYTE, ALT, BLOCK, END.
+
+Subset construction runs over *elements*: an NFA state waiting for a byte, END, or a position
+(j, n, q) inside block j. A subset that is exactly one block position is that block's cell (n, q):
+the BFS stops there, and the block (laid out by values.ValueType.cells) carries on by arithmetic
+in the table builder. Any other subset is an explicit state, also while a value runs beside
+something else (an enum beside a free string); two values in parallel are explicit for as long
+as they last, up to `MAX_PARALLEL` such states (then the build is refused with an error).
+Bytes are handled in classes (bytes no NFA state and no value type tells apart), so a digit set
+costs a few steps, not 256.
+"""
+from __future__ import annotations
+
+import gc
+from collections import deque
+
+import numpy as np
+
+from ..grammar.values import close_ok, stays_ok, value_type_named
+from .form import Automaton, Block, row_classes
+from .nfa import ALT, BLOCK, BYTE, END, NFA, GrammarBuildError
+
+__all__ = ["build_node_automaton", "GrammarBuildError", "MAX_EXPLICIT", "MAX_PARALLEL"]
+
+MAX_EXPLICIT = 200_000
+MAX_PARALLEL = 5_000
+
+
+def build_node_automaton(node, utf8: bool = True) -> Automaton:
+    """The automaton of a grammar tree; of a list of trees, one automaton with a start state per tree
+    (`starts`, in order): equal parts of the trees are the same NFA states, so the same states and rows."""
+    trees = list(node) if isinstance(node, list) else [node]
+    # Tens of thousands of small tuples and dicts, none in a reference cycle: with a large heap (a 150K
+    # tokenizer loaded) the collector's full passes can cost more than the build, so they wait until the end.
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        nfa = NFA(utf8)
+        nfa._closure = {}
+        starts = [nfa.build(t, nfa.end, "grammar" if len(trees) == 1 else f"grammar {k}")
+                  for k, t in enumerate(trees)]
+        return _Subsets(nfa, starts).run()
+    finally:
+        if paused:
+            gc.enable()
+
+
+class _Subsets:
+    """Subset construction over byte classes (see the module docstring)."""
+
+    def __init__(self, nfa: NFA, starts: list[int]):
+        self.nfa = nfa
+        self.starts = starts
+        self.vts = {}
+        for i, k in enumerate(nfa.kind):
+            if k == BLOCK:
+                name = nfa.arg[i][0]
+                self.vts[name] = value_type_named(name, nfa.utf8)
+        # Byte classes: bytes equal in every mask and in every value type's columns.
+        cols = [np.frombuffer(b"".join(nfa.masks), dtype=np.uint8).reshape(-1, 256).astype(np.int64)]
+        for vt in self.vts.values():
+            cols += [vt.table, vt.inc]
+        sig = np.concatenate(cols).T                                     # [256, K]
+        self.byte_class = row_classes(sig)                               # numbered in lexicographic order
+        self.num_classes = int(self.byte_class.max()) + 1
+        self.rep = np.array([np.flatnonzero(self.byte_class == c)[0] for c in range(self.num_classes)])  # smallest
+        in_mask = cols[0][:, self.rep] > 0                               # [M, classes]: classes refine masks
+        self.mask_classes = [tuple(np.flatnonzero(row).tolist()) for row in in_mask]
+        self._trans: dict = {}
+        self._exit_moves: dict = {}
+
+    def elem_moves(self, e) -> list:
+        """[(class, elements after it)] for one element."""
+        got = self._trans.get(e)
+        if got is not None:
+            return got
+        nfa = self.nfa
+        out = []
+        if isinstance(e, tuple):
+            j, n, q = e
+            vname, lo, hi = nfa.arg[j]
+            vt = self.vts[vname]
+            exit_moves = {}
+            if close_ok(vt, n, q, lo, hi):
+                if j not in self._exit_moves:
+                    self._exit_moves[j] = dict(self.set_moves(nfa.closure(nfa.next[j])))
+                exit_moves = self._exit_moves[j]
+            for c in range(self.num_classes):
+                b = self.rep[c]
+                q2 = int(vt.table[q, b])
+                n2 = n + int(vt.inc[q, b])
+                tgt = ((j, n2, q2),) if stays_ok(vt, n2, q2, hi) else ()
+                if c in exit_moves:
+                    tgt = tgt + exit_moves[c]
+                if tgt:
+                    out.append((c, tgt))
+        elif nfa.kind[e] == BYTE:
+            tgt = nfa.closure(nfa.next[e])
+            out = [(c, tgt) for c in self.mask_classes[nfa.arg[e]]]
+        self._trans[e] = out
+        return out
+
+    def set_moves(self, elems) -> list:
+        if len(elems) == 1 and not isinstance(elems[0], tuple):
+            return self.elem_moves(elems[0])  # one byte set (most states): classes ascending, targets distinct
+        buckets: dict = {}
+        for e in elems:
+            for c, tgt in self.elem_moves(e):
+                buckets.setdefault(c, []).extend(tgt)
+        return [(c, tuple(dict.fromkeys(t))) for c, t in sorted(buckets.items())]
+
+    def run(self) -> Automaton:
+        nfa = self.nfa
+        states: list[tuple] = []              # explicit subsets, in priority order
+        index: dict = {}
+        queue: deque = deque()                # i >= 0: explicit state i; i < 0: the exits of NFA block -1 - i
+        src_l, cls_l, tgt_l = [], [], []      # edges: (src explicit id, class, target)
+        blocks_seen: dict[int, int] = {}      # NFA block state -> entry depth
+        positions: dict = {}                  # block position (j, n, q) -> its target code -1 - k
+        parallel = [0]                        # explicit states holding two or more string positions
+
+        def target(elems: tuple) -> int:
+            """An explicit state's id (made and queued when new), or -1 - k for the k-th block position."""
+            e0 = elems[0]
+            if len(elems) == 1:
+                if type(e0) is tuple:
+                    got = positions.get(e0)
+                    if got is None:
+                        j, n, _ = e0
+                        if j not in blocks_seen:
+                            blocks_seen[j] = 0
+                            queue.append(-1 - j)
+                        blocks_seen[j] = max(blocks_seen[j], n)
+                        got = positions[e0] = -1 - len(positions)
+                    return got
+                key = e0                                     # a lone element is its own key (no set to build)
+            else:
+                key = frozenset(elems)
+            i = index.get(key)
+            if i is None:
+                i = index[key] = len(states)
+                states.append(elems)
+                queue.append(i)
+                if len(elems) > 1 and sum(type(e) is tuple for e in elems) > 1:
+                    parallel[0] += 1
+                if parallel[0] > MAX_PARALLEL:
+                    raise GrammarBuildError(
+                        f"grammar: two different strings stay open side by side for more than {MAX_PARALLEL} "
+                        "states (e.g. anyOf of long strings that differ only later); merge those anyOf branches")
+                if len(states) > MAX_EXPLICIT:
+                    raise GrammarBuildError(
+                        f"grammar: more than {MAX_EXPLICIT} explicit states (repeats that multiply, or very long "
+                        "alternatives); simplify the schema")
+            return i
+
+        starts = [target(nfa.closure(s)) for s in self.starts]
+        exit_edges: dict[int, list] = {}
+        trans, elem_moves, index_get = self._trans, self.elem_moves, index.get
+        add_src, add_cls, add_tgt = src_l.append, cls_l.append, tgt_l.append
+        while queue:
+            i = queue.popleft()
+            if i >= 0:
+                elems = states[i]
+                e0 = elems[0]
+                if len(elems) == 1 and type(e0) is int:          # one byte set (most states): its moves
+                    moves = trans.get(e0)
+                    if moves is None:
+                        moves = elem_moves(e0)
+                else:
+                    moves = self.set_moves(elems)
+                for c, tgt in moves:
+                    t0 = tgt[0]
+                    j = index_get(t0) if len(tgt) == 1 and type(t0) is int else None   # a lone byte set met before
+                    add_src(i)
+                    add_cls(c)
+                    add_tgt(j if j is not None else target(tgt))
+            else:
+                j = -1 - i
+                exit_edges[j] = [(c, target(tgt)) for c, tgt in self.set_moves(nfa.closure(nfa.next[j]))]
+        return self._layout(states, starts, (src_l, cls_l, tgt_l), blocks_seen, list(positions), exit_edges)
+
+    def _layout(self, states, starts, edges_found, blocks_seen, positions, exit_edges) -> Automaton:
+        nfa = self.nfa
+        E = len(states)
+        blocks, block_of = [], {}
+        base = E
+        for j in sorted(blocks_seen):
+            vname, lo, hi = nfa.arg[j]
+            vt = self.vts[vname]
+            grid, ns, qs = vt.cells(hi, base)
+            blk = Block(vt, lo, hi, base, grid, ns, qs, np.full(256, -1, dtype=np.int64),
+                        label=(vname, lo, hi, j), entry_depth=blocks_seen[j])
+            block_of[j] = blk
+            blocks.append(blk)
+            base += blk.size
+        # target codes -> state ids: explicit ids as they are, -1 - k the cell of block position k
+        cell = np.array([int(block_of[j].grid[n, q]) for j, n, q in positions] + [-1], dtype=np.int64)
+
+        def resolve(t):                                  # int, or an int64 array of codes
+            return np.where(t >= 0, t, cell[np.maximum(-1 - t, 0)]) if isinstance(t, np.ndarray) else \
+                (t if t >= 0 else int(cell[-1 - t]))
+
+        # (state, class, target) -> (state, byte, target): each class spread to its bytes
+        order = np.argsort(self.byte_class, kind="stable")                      # bytes grouped by class
+        size = np.bincount(self.byte_class, minlength=self.num_classes)
+        first = np.cumsum(size) - size
+        bytes_of = [order[f:f + n] for f, n in zip(first.tolist(), size.tolist())]
+        e = np.zeros((len(edges_found[0]), 3), dtype=np.int64)
+        if len(e):                             # column by column: numpy converts a list of ints fast
+            e[:, 0], e[:, 1] = edges_found[0], edges_found[1]
+            e[:, 2] = resolve(np.array(edges_found[2], dtype=np.int64))
+        reps = size[e[:, 1]]
+        k = np.repeat(np.arange(len(e)), reps)
+        rank = np.arange(len(k)) - np.repeat(np.cumsum(reps) - reps, reps)
+        edges = np.stack([e[k, 0], order[first[e[k, 1]] + rank], e[k, 2]], 1)
+        for j, moves in exit_edges.items():
+            blk = block_of[j]
+            for c, t in moves:
+                blk.exits[bytes_of[c]] = resolve(t)
+            blk.check(f"grammar: {blk.vt.name} value")
+        accepting = np.array([i for i, el in enumerate(states) if nfa.end in el], dtype=np.int64)
+        src = _NodeSource(nfa, states, blocks, self)
+        return Automaton(num_states=base, start=resolve(starts[0]), edges=edges,
+                         blocks=blocks, accepting=accepting, source=src, utf8=nfa.utf8,
+                         byte_class=self.byte_class.astype(np.int64), starts=[resolve(s) for s in starts])
+
+
+class _NodeSource:
+    """describe() and finish_bytes() for a node-built automaton."""
+
+    def __init__(self, nfa: NFA, states, blocks, subsets: _Subsets):
+        self.nfa, self.states, self.blocks, self.sub = nfa, states, blocks, subsets
+        self._best = None
+
+    def _elements(self, s: int):
+        if s < len(self.states):
+            return self.states[s]
+        for blk in self.blocks:
+            if blk.base <= s < blk.base + blk.size:
+                return ((blk.label[3], int(blk.ns[s - blk.base]), int(blk.qs[s - blk.base])),)
+        raise IndexError(f"state {s} out of range")
+
+    def describe(self, s: int) -> list:
+        out = []
+        for e in self._elements(s):
+            if isinstance(e, tuple):
+                vname, lo, hi = self.nfa.arg[e[0]]
+                out.append(("S", e[1], self.sub.vts[vname].names[e[2]], (vname, lo, hi)))
+            elif e == self.nfa.end:
+                out.append("final")
+            else:
+                out.append(("B", _mask_text(self.nfa.masks[self.nfa.arg[e]]), self._tail(e)))
+        return out
+
+    def _tail(self, e, limit: int = 24) -> bytes:
+        """The shortest bytes from NFA state e on, cut at `limit` (describe only)."""
+        return self._path(e)[:limit]
+
+    def _lengths(self):
+        """Shortest completion length per NFA state and the choice at each ALT (one pass in id order)."""
+        if self._best is None:
+            nfa = self.nfa
+            inf = 1 << 60
+            best = [inf] * len(nfa.kind)
+            pick = [-1] * len(nfa.kind)
+            for i, k in enumerate(nfa.kind):
+                if k == END:
+                    best[i] = 0
+                elif k == BYTE:
+                    has = self.nfa.masks[nfa.arg[i]].find(1) >= 0
+                    best[i] = 1 + best[nfa.next[i]] if has else inf
+                elif k == ALT:
+                    opts = nfa.arg[i]
+                    j = min(range(len(opts)), key=lambda x: best[opts[x]])      # ties: the first option
+                    best[i], pick[i] = best[opts[j]], opts[j]
+                else:
+                    vname, lo, _ = nfa.arg[i]
+                    best[i] = len(self.sub.vts[vname].finish(0, 0, lo)) + best[nfa.next[i]]
+            self._best = (best, pick)
+        return self._best
+
+    def _path(self, i: int) -> bytes:
+        best, pick = self._lengths()
+        nfa, out = self.nfa, bytearray()
+        while nfa.kind[i] != END:
+            k = nfa.kind[i]
+            if k == ALT:
+                i = pick[i]
+                continue
+            if k == BYTE:
+                out.append(nfa.masks[nfa.arg[i]].find(1))
+            else:
+                vname, lo, _ = nfa.arg[i]
+                out += self.sub.vts[vname].finish(0, 0, lo)
+            i = nfa.next[i]
+        return bytes(out)
+
+    def finish_bytes(self, s: int) -> bytes:
+        """A shortest completion: the element with the shortest one wins, ties to the first."""
+        best, _ = self._lengths()
+        nfa = self.nfa
+        choice, length = None, None
+        for e in self._elements(s):
+            if isinstance(e, tuple):
+                j, n, q = e
+                vname, lo, _ = nfa.arg[j]
+                head = self.sub.vts[vname].finish(n, q, lo)
+                n_e, tail_from = len(head) + best[nfa.next[j]], nfa.next[j]
+            else:
+                head, n_e, tail_from = b"", best[e], e
+            if length is None or n_e < length:
+                choice, length = (head, tail_from), n_e
+        head, tail_from = choice
+        return head + self._path(tail_from)
+
+
+def _mask_text(mask: bytes) -> str:
+    on = [b for b in range(256) if mask[b]]
+    if len(on) == 1:
+        return repr(bytes(on))
+    return f"[{len(on)} bytes {bytes(on[:6])!r}...]" if len(on) > 6 else f"{bytes(on)!r}"

@@ -1,0 +1,403 @@
+"""`batchmask` command line: generate, ablate, compile.
+
+    batchmask generate --tasks tasks.txt [--out calls.jsonl] [--checkpoint model.bin --tokenizer tokenizer.model]
+    batchmask ablate [--n 30] [--json ablation.json]
+    batchmask compile [--tools tools.json] [--tokenizer ...] --out grammar.pt
+
+Every error a user can cause ends as one line on stderr and a non-zero exit.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from ..text import printable
+from . import interrupts, limits
+from .fingerprint import run_settings
+from .limits import float_arg, int_arg
+from .loading import (  # noqa: F401
+    DEFAULT_DIR,
+    DEFAULT_MAX_CONTEXT,
+    DEFAULT_MAX_NEW_TOKENS,
+    _device,
+    _dtype,
+    _max_new_tokens,
+    load_model_and_tokenizer,
+    load_registry,
+    resolve_model_paths,
+)
+
+
+# --- commands -----------------------------------------------------------------------------------
+def cmd_generate(args) -> int:
+    from . import distributed
+    from .runfiles import read_tasks
+
+    if args.resume and args.force:
+        raise ValueError("--resume and --force contradict each other: pick one")
+    out_path = Path(args.out) if args.out and args.out != "-" else None
+    if args.resume and out_path is None:
+        raise ValueError("--resume needs --out FILE")
+    if out_path is not None:
+        check_not_an_input(out_path, args)
+    taskfile = read_tasks(args.tasks, args.tasks_format)
+    dist = distributed.setup(args.device)
+    # the output is locked and checked before the model loads, so a clash is refused at once
+    with distributed.Output(out_path, dist, resume=args.resume, force=args.force) as output:
+        return _generate(args, dist, taskfile, output)
+
+
+def check_not_an_input(out_path: Path, args) -> None:
+    """--out naming one of the run's own input files is a slip (--force would destroy it): refused."""
+    from .fingerprint import FILE_FLAGS
+    for name in sorted({"tasks", "checkpoint", "tokenizer", *FILE_FLAGS}):
+        value = getattr(args, name, None)
+        try:
+            same = value not in (None, "-") and out_path.exists() and os.path.samefile(out_path, value)
+        except OSError:
+            same = False
+        if same:
+            raise ValueError(f"--out {out_path} is the --{name.replace('_', '-')} file; write the results elsewhere")
+    for side in (".run.json", ".lock", ".run.json.tmp"):   # another run's own files (run/fingerprint.py, run/locks.py)
+        owner = out_path.with_name(out_path.name.removesuffix(side))
+        if out_path.name.endswith(side) and owner.name and owner.is_file():
+            raise ValueError(f"--out {out_path} is the {side} file of the run that wrote {owner}; "
+                             "write the results elsewhere")
+
+
+def _generate(args, dist, taskfile, output) -> int:
+    from .. import __version__
+    from . import distributed
+    from .display import Progress, show_call
+    from .generation import BatchGenerator, GenerationConfig, encode_prompts
+
+    device = dist.device if dist else _device(args.device)
+    dtype = _dtype(args.dtype, device)
+    tasks = taskfile.tasks
+    registry = load_registry(args.tools)
+    from .grammar_store import plan_tasks
+    from .waves import prepare_waves, run_waves, wave_table
+    plan = plan_tasks(taskfile, registry)          # every task's own "tools" validated, before the model loads
+    grammar_file = None
+    if args.grammar and not args.no_constrain:     # --grammar FILE read and matched to the flags, named by flag
+        from .cli_grammar import GrammarFile
+        grammar_file = GrammarFile.read(args.grammar)
+        grammar_file.check_flags(registry, args)
+    model, tokenizer = load_model_and_tokenizer(args.checkpoint, args.tokenizer, device, dtype, args.max_context,
+                                                args.eos_id)
+    if grammar_file is not None:
+        grammar_file.check_vocab(tokenizer)
+    context = model.config.seq_len
+    max_new = _max_new_tokens(args.max_new_tokens, context)
+    taskfile.check_limits(context, "the model's context (seq_len)")
+    settings = info = None
+    if output.out_path is not None and output.rank0:
+        checkpoint, tokenizer_path = resolve_model_paths(args.checkpoint, args.tokenizer)
+        settings = run_settings(args, taskfile, checkpoint, tokenizer_path, device, dtype, max_new)  # fingerprint.py
+        from ..tools.chat_template import pick_template
+        template = pick_template(tokenizer, tools=True)     # the prompt's form (its file may sit beside --tokenizer)
+        if template is not None:
+            settings["chat_template"] = "sha256:" + hashlib.sha256(template.encode("utf-8")).hexdigest()
+        info = {"batchmask": __version__, "tasks": str(taskfile.name), "checkpoint": str(checkpoint),
+                "tokenizer": str(tokenizer_path), "tools": args.tools, "batch_size": args.batch_size,
+                "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    skip = output.plan(settings, tasks)
+    todo = [i for i in range(len(tasks)) if i not in skip]
+    if dist:
+        todo = todo[dist.rank::dist.world]
+    limits = [taskfile.limits[i] or max_new for i in todo]
+    batch = max(1, min(args.batch_size, len(todo)))           # more slots than tasks would only cost memory
+    inputs = [taskfile.task_input(i) for i in todo]           # a task's text, or its JSONL "messages"
+
+    config = GenerationConfig(batch_size=batch, max_new_tokens=max([max_new, *limits]),
+                              temperature=args.temperature, top_p=args.top_p, seed=args.seed,
+                              constrain=not args.no_constrain, record_counts=args.show, format=args.format,
+                              system=args.system)
+
+    def generator(w):
+        return BatchGenerator(model, tokenizer, registry, wave_table(w, args, plan, todo, tokenizer, device), config,
+                              registries=w.registries)
+
+    def prepare():
+        # every tool set's grammar (cached; a table per wave of tasks: run/waves.py), every prompt and the first
+        # wave's generator (its KV cache: too large a batch is refused here), before any write
+        waves = prepare_waves(args, plan, todo, tokenizer, device, args.max_sets_per_table)
+        for w in waves:
+            encode_prompts(inputs[w.lo:w.hi], tokenizer, [w.registries[g] for g in w.groups], context, args.system)
+        return waves, [generator(waves[0])]
+    waves, first = distributed.agree(dist, prepare)         # first: [the first wave's generator], popped when used
+    task_registry = {todo[w.lo + k]: w.registries[g] for w in waves for k, g in enumerate(w.groups)}
+    output.commit(settings, info)
+    sink = output.sink()
+    progress = Progress(len(todo), enabled=not args.quiet)
+    parsed = 0
+
+    def on_result(res):
+        nonlocal parsed
+        parsed += res.call is not None
+        sink.write(res.record())
+        if args.show:
+            from .schema_task import render_prompt  # a tool set's prompt, or a schema task's
+            reg = task_registry[res.index]                                # the task's own tool set
+            prompt = render_prompt(reg, taskfile.task_input(res.index), tokenizer, system=args.system)
+            print("prompt: " + json.dumps(prompt, ensure_ascii=False), file=sys.stderr)   # the exact text, escaped
+            show_call(res, tokenizer)
+
+    t0 = time.perf_counter()
+    interrupts.raise_from_now_on()
+    done = [0, 0]                                                # tasks, tokens (of every wave so far)
+    try:
+        run_waves(waves, lambda w: first.pop() if first else generator(w), inputs, todo, limits, on_result,
+                  progress, done)
+    except KeyboardInterrupt:
+        progress.close()
+        sink.close()
+        where = output.out_path if dist is None else f"{output.out_path}.part{dist.rank}"
+        print(f"batchmask: interrupted; {sink.count} finished results kept"
+              + (f" in {where} (rerun with --resume to continue)" if output.out_path else ""), file=sys.stderr)
+        return 130
+    except Exception as e:              # e.g. an illegal token caught by masker.check(): the lines may be wrong
+        sink.close()
+        output.mark_failed(e)
+        raise
+    progress(done[0], done[1], force=True)
+    progress.close()
+    sink.close()
+    wall = time.perf_counter() - t0
+    if not args.quiet:
+        arm = "free" if args.no_constrain else "constrained"
+        print(f"batchmask: {done[0]} tasks ({arm}), {parsed} parsed as calls, {done[1]} tokens in "
+              f"{wall:.2f} s ({done[1] / max(wall, 1e-9):,.0f} tok/s, batch {batch}, "
+              f"{device}{', rank ' + str(dist.rank) if dist else ''})", file=sys.stderr)
+    if dist:
+        output.finish(sink)
+        distributed.teardown()
+    return 0
+
+
+def check_output_file(path, flag: str, inputs: dict) -> None:
+    """An output path (`compile --out`, `ablate --json`) checked before any work: a directory, a missing folder or
+    one of the command's own input files (writing would destroy it) is refused, naming the flag."""
+    if path is None:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"{flag} {p}: is a directory")
+    if not p.parent.is_dir():
+        raise ValueError(f"{flag} {p}: the directory {p.parent} does not exist")
+    for name, value in inputs.items():
+        try:
+            same = value is not None and p.exists() and os.path.samefile(p, value)
+        except OSError:
+            same = False
+        if same:
+            raise ValueError(f"{flag} {p} is the {name} file; write it elsewhere")
+
+
+def cmd_ablate(args) -> int:
+    from ..evaluation.ablation import run_ablation
+    check_output_file(args.json, "--json", {"--checkpoint": args.checkpoint, "--tokenizer": args.tokenizer})
+    device = _device(args.device)
+    model, tokenizer = load_model_and_tokenizer(args.checkpoint, args.tokenizer, device, _dtype(args.dtype, device),
+                                                args.max_context, args.eos_id)
+    report = run_ablation(model, tokenizer, n=args.n, batch_size=args.batch_size,
+                          max_new_tokens=_max_new_tokens(args.max_new_tokens, model.config.seq_len), seed=args.seed,
+                          max_string=args.max_string, format=args.format, system=args.system)
+    print(report.table())
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.to_json(), indent=2))
+        print(f"wrote {args.json}")
+    return 0
+
+
+def cmd_compile(args) -> int:
+    from batchmask.models.tokenizer import load_tokenizer
+
+    from ..api import compile_grammar
+    registry = load_registry(args.tools)
+    tok_path = args.tokenizer or (DEFAULT_DIR / "tokenizer.model")
+    if not Path(tok_path).exists():
+        raise ValueError(f"tokenizer not found: {tok_path}")
+    check_output_file(args.out, "--out", {"--tools": args.tools, "--tokenizer": tok_path})
+    from .cli_grammar import check_compile_out
+    check_compile_out(args.out, tok_path)          # not into a model directory, not over a file of another kind
+    tokenizer = load_tokenizer(tok_path, eos_id=args.eos_id)
+    t = time.perf_counter()
+    g = compile_grammar(registry, tokenizer, format=args.format, max_string=args.max_string, utf8=not args.bytes,
+                        device=_device(args.device))
+    dt = time.perf_counter() - t
+    # names and paths may hold control characters: printed escaped
+    print(f"registry: {printable(', '.join(registry.names))}")
+    print(f"vocabulary: {tokenizer.vocab_size} tokens ({printable(str(tok_path))})")
+    print(f"states: {g.num_states}  rows: {g.num_rows}  token classes: {g.num_classes}  "
+          f"table: {tuple(g.row_next.shape)} {str(g.row_next.dtype).removeprefix('torch.')}  "
+          f"device bytes: {g.nbytes:,}  compile: {dt * 1e3:.1f} ms")
+    if args.out:
+        g.save(args.out)
+        print(f"wrote {args.out}")
+    return 0
+
+
+# --- argument parsing ---------------------------------------------------------------------------
+# A new `generate` flag is part of the run's fingerprint (--resume) as given, with no further work; name it in
+# batchmask/run/fingerprint.py: NOT_RESULT_FLAGS if no result can depend on it, FILE_FLAGS if its value is a path.
+# Numbers: type=int_arg(lo, hi) / float_arg(lo, hi) (batchmask/run/limits.py) refuse 1e20, nan and out-of-range
+# values in one line.
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line (`batchmask generate: error: argument --seed: ...`), exit 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _eos_arg(p):
+    p.add_argument("--eos-id", type=int_arg(0, limits.MAX_TOKENS),
+                   help="the end-of-sequence token id, for a vocabulary whose files name none "
+                   "(the end tokens they do name stay stop ids)")
+
+
+def _model_args(p):
+    p.add_argument("--checkpoint", help="llama2.c checkpoint (.bin), Hugging Face model directory (config.json + "
+                   "safetensors) or hub id ORG/NAME (needs huggingface_hub); default: the embedded model")
+    p.add_argument("--tokenizer", help="tokenizer.model, tokenizer.bin or tokenizer.json; default: beside a llama2.c "
+                   "checkpoint, or the HF model directory itself")
+    _eos_arg(p)
+    p.add_argument("--max-context", type=int_arg(1, limits.MAX_TOKENS), default=DEFAULT_MAX_CONTEXT,
+                   help=f"cap on the model's context (KV cache positions per row; default {DEFAULT_MAX_CONTEXT}: "
+                        "a HF model's max_position_embeddings of 128K would need a cache no batch fits)")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N (default: cuda if available)")
+    p.add_argument("--dtype", default="auto", help="float32 (CPU default), bfloat16 (CUDA default), float16")
+    p.add_argument("--batch-size", type=int_arg(1, limits.MAX_BATCH), default=16,
+                   help="slots run at once (default 16; clamped to the number of tasks, refused if its KV cache "
+                        "does not fit the device's free memory)")
+    p.add_argument("--max-new-tokens", type=int_arg(1, limits.MAX_TOKENS), default=None,
+                   help=f"token ceiling per call (default {DEFAULT_MAX_NEW_TOKENS}; at most the model's context, "
+                        "and also capped by the context left after the prompt)")
+    p.add_argument("--seed", type=limits.seed_arg, default=0,
+                   help="any integer, reduced to 63 bits (seed mod 2**63); each task's draws are keyed by "
+                        "(seed, task index)")
+    p.add_argument("--max-string", type=int_arg(1, limits.MAX_STRING), default=256,
+                   help=f"byte cap of one argument value (default 256, at most {limits.MAX_STRING})")
+
+
+def _format_arg(p):
+    from ..tools.envelope import FORMATS
+    p.add_argument("--format", choices=FORMATS, default="seed",
+                   help='the call\'s envelope: seed {"tool":NAME,"args":{...}} (default), json '
+                        '{"name":NAME,"arguments":{...}} (the OpenAI body), llama3 {"name": NAME, "parameters": '
+                        '{...}} (Llama 3.1/3.2) or hermes <tool_call>\\n{"name": NAME, "arguments": {...}}\\n'
+                        '</tool_call> (Hermes, Qwen2.5)')
+
+
+def _system_arg(p):
+    p.add_argument("--system", help="a system message before each task (models with a chat template)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="batchmask", description="Batched grammar-constrained tool calling.")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    g = sub.add_parser("generate", help="one tool call per task, batched")
+    g.add_argument("--tasks", required=True,
+                   help="text file (one task per line), JSONL ({\"task\": ..., \"max_new_tokens\": ...} per line) "
+                        "or -; JSONL when the first non-blank line is a JSON object")
+    g.add_argument("--tasks-format", choices=("auto", "text", "jsonl"), default="auto",
+                   help="force reading --tasks as plain lines or as JSONL (default: auto)")
+    g.add_argument("--tools", help="tool registry JSON (default: the built-in tools)")
+    g.add_argument("--grammar", help="a cache file written by `batchmask compile`")
+    g.add_argument("--grammar-cache", metavar="DIR", help="where compiled grammars are kept between runs, one per "
+                   "tool set (default $XDG_CACHE_HOME/batchmask or ~/.cache/batchmask; none: memory only)")
+    g.add_argument("--max-sets-per-table", type=int_arg(1, 1 << 20), default=64, metavar="N",
+                   help="tasks run in waves whose tasks use at most N distinct tool sets, one table each "
+                        "(default 64; batchmask/run/waves.py)")
+    _model_args(g)
+    g.add_argument("--temperature", type=float_arg(0.0, limits.MAX_TEMPERATURE), default=0.0,
+                   help="0 is greedy (default)")
+    g.add_argument("--top-p", type=float_arg(0.0, 1.0, lo_open=True), default=1.0)
+    g.add_argument("--no-constrain", action="store_true", help="the free arm: no grammar mask")
+    _format_arg(g)
+    _system_arg(g)
+    g.add_argument("--bytes", action="store_true", help="the seed's byte rule instead of whole UTF-8 characters")
+    g.add_argument("--out", help="JSONL output (default: stdout); its settings go to OUT.run.json, and OUT.lock "
+                                 "is held while the run writes")
+    g.add_argument("--resume", action="store_true",
+                   help="skip tasks already in --out and append (refused unless the settings that wrote it match)")
+    g.add_argument("--force", action="store_true", help="overwrite an existing --out")
+    g.add_argument("--show", action="store_true", help="print each call with every token's legal count")
+    g.add_argument("--quiet", action="store_true", help="no progress or summary on stderr")
+    g.set_defaults(func=cmd_generate)
+
+    a = sub.add_parser("ablate", help="the same model with and without the mask")
+    _model_args(a)
+    a.add_argument("--n", type=int_arg(1, limits.MAX_ABLATE_N), default=30,
+                   help=f"trials per arm (default 30, at most {limits.MAX_ABLATE_N})")
+    a.add_argument("--json", help="write per-arm counts as JSON")
+    _format_arg(a)                                 # as generate's: the grammar's format, both arms parsed in it
+    _system_arg(a)
+    a.set_defaults(func=cmd_ablate, batch_size=30)
+
+    c = sub.add_parser("compile", help="compile a registry against a tokenizer and write the cache file")
+    c.add_argument("--tools", help="tool registry JSON (default: the built-in tools)")
+    c.add_argument("--tokenizer", help="tokenizer.model, tokenizer.bin, tokenizer.json or a model directory "
+                   "(default: the embedded model's)")
+    _eos_arg(c)
+    c.add_argument("--max-string", type=int_arg(1, limits.MAX_STRING), default=256,
+                   help=f"byte cap of one argument value (default 256, at most {limits.MAX_STRING})")
+    c.add_argument("--bytes", action="store_true", help="the seed's byte rule instead of whole UTF-8 characters")
+    _format_arg(c)
+    c.add_argument("--device", default="cpu")
+    c.add_argument("--out", help="cache file to write")
+    c.set_defaults(func=cmd_compile)
+
+    from ..kernels import (
+        check as kernel_check,  # check-kernels lives in its own module (ahead-of-time compile of the kernels)
+    )
+    k = sub.add_parser("check-kernels", help="compile the Triton kernels ahead of time: registers, spills")
+    kernel_check.add_arguments(k)
+    k.set_defaults(func=lambda args: kernel_check.run(args.arch, args.jobs))
+    return ap
+
+
+def main(argv=None) -> int:
+    """Run one command; returns the exit status (0 done, 2 bad input, 130 interrupted).
+
+    Ctrl-C at any moment ends as 130 without a traceback (batchmask/run/interrupts.py).
+    """
+    if argv is None:
+        interrupts.install_for_program()
+    args = None
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except SystemExit as e:                    # argparse: --help (0) or a bad flag (2, its one line printed)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    except KeyboardInterrupt:
+        interrupts.say_interrupted()
+        return 130
+    except BrokenPipeError:                    # `batchmask generate ... | head`: the reader left; not an error
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at interpreter exit
+        except OSError:
+            pass
+        return 141                             # 128 + SIGPIPE, as a shell reports it
+    except MemoryError:                        # e.g. a grammar too large to build: one line, not a traceback
+        print(f"batchmask: error: out of memory in `batchmask {getattr(args, 'command', '')}` (a smaller grammar, "
+              "batch or context needs less)", file=sys.stderr)
+        return 2
+    except (ValueError, OSError, RuntimeError) as e:          # one line; a quoted value must not drive the terminal
+        if os.environ.get("BATCHMASK_DEBUG"):
+            raise
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"batchmask: error: {printable(msg)}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,290 @@
+"""The generation loop: tasks in, one tool call per task out, continuously batched.
+
+Each of the B batch slots holds one task at a time. Per step, for the whole batch at once:
+
+    tokens = masker.sample(logits)        mask + sample + advance (free arm: plain sampling)
+    logits = model.decode(tokens)         one token per row, each at its own position
+
+A slot whose row has finished (EOS, or its token ceiling) is emptied and refilled with the
+next task at once (its KV rows and grammar state reset), so a long call does not hold the
+batch back. Results are handed out in input order as soon as every earlier task is done.
+
+The only host work per step is reading one bool per row (which slots finished) to schedule
+refills; the masking, sampling and grammar bookkeeping stay on the device.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from ..masker import BatchMasker, sample_unmasked
+from ..tools.prompt import encode_prompt, parse_call, task_text
+from ..tools.registry import ToolRegistry
+from .limits import check_batch_fits, reduce_seed, task_seed
+from .schema_task import SchemaTask
+
+
+class GenerationError(ValueError):
+    """A task cannot be run as given (for example, its prompt does not fit the model's context)."""
+
+
+@dataclass
+class GenerationConfig:
+    batch_size: int = 16
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    constrain: bool = True
+    continuous: bool = True          # False: refill only when the whole batch is done (static batching)
+    record_counts: bool = False      # keep each token's legal count (for --show)
+    format: str = "seed"             # the call format results are parsed in (batchmask.tools.envelope)
+    system: str | None = None        # a system message before each task (chat templates only)
+
+
+@dataclass
+class Result:
+    index: int
+    task: str
+    text: str
+    call: dict | None
+    error: str | None
+    tokens: int
+    cut: bool
+    seconds: float
+    legal_counts: list[int] | None = None
+    token_ids: list[int] | None = None
+    raw: bytes = b""                 # the exact bytes written (text is their UTF-8 decoding)
+
+    def record(self) -> dict:
+        return {"index": self.index, "task": self.task, "text": self.text, "call": self.call, "error": self.error,
+                "tokens": self.tokens, "cut": self.cut, "seconds": round(self.seconds, 4)}
+
+
+@dataclass
+class RunStats:
+    tasks: int = 0
+    tokens: int = 0                  # sampled tokens that belong to a task (EOS included)
+    steps: int = 0                   # decode steps of the whole batch
+    seconds: float = 0.0
+    prefill_tokens: int = 0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+
+def encode_prompts(tasks: list, tokenizer, registry: ToolRegistry, seq_len: int,
+                   system: str | None = None) -> list[list[int]]:
+    """Tokenise every prompt up front, so a task that cannot fit fails before any output.
+
+    A task is its text, or a conversation (a list of messages) for a tokenizer with a chat template
+    (batchmask.tools.prompt.render_prompt). `registry` may be a list: each task's own tool set."""
+    prompts = []
+    regs = registry if isinstance(registry, (list, tuple)) else [registry] * len(tasks)
+    for i, (task, reg) in enumerate(zip(tasks, regs)):
+        ids = reg.encode_prompt(task, tokenizer, system=system) if isinstance(reg, SchemaTask) else \
+            encode_prompt(reg, task, tokenizer, system=system)
+        if len(ids) >= seq_len:
+            raise GenerationError(f"task {i}: prompt is {len(ids)} tokens but the model's context (seq_len) is "
+                                  f"{seq_len}; it needs at least one position left for the call "
+                                  f"(task starts {task_text(task)[:40]!r})")
+        prompts.append(ids)
+    return prompts
+
+
+class BatchGenerator:
+    """Runs tasks through a model (and, constrained, a compiled grammar) with B slots.
+
+    Several tool sets: `registries` (one per grammar of a table from batchmask.compiler.sets.combine, in its
+    order) and run(groups=...) (which one each task uses): each row starts in its own grammar."""
+
+    def __init__(self, model, tokenizer, registry: ToolRegistry, grammar=None, config: GenerationConfig | None = None,
+                 backend: str = "auto", registries: list[ToolRegistry] | None = None):
+        self.model, self.tokenizer, self.registry = model, tokenizer, registry
+        self.registries = list(registries) if registries else [registry]
+        config = config or GenerationConfig()
+        self.config = replace(config, seed=reduce_seed(config.seed))     # any seed, in 63 bits (run/limits.py)
+        c = self.config
+        if c.batch_size < 1:
+            raise GenerationError(f"batch size must be >= 1, got {c.batch_size}")
+        if c.max_new_tokens < 1:
+            raise GenerationError(f"max new tokens must be >= 1, got {c.max_new_tokens}")
+        if c.constrain and grammar is None:
+            raise GenerationError("constrained generation needs a compiled grammar")
+        self.device = next(model.parameters()).device
+        self.grammar = grammar if c.constrain else None
+        self.eos_id = int(tokenizer.eos_id)
+        stops = tuple(getattr(tokenizer, "stop_ids", None) or (self.eos_id,))
+        self.seq_len = model.config.seq_len
+        B, H = c.batch_size, c.max_new_tokens
+        # refuse a batch whose KV cache and buffers cannot fit before allocating any of it
+        check_batch_fits(model.config, B, H, next(model.parameters()).dtype, self.device)
+        model.setup_cache(B)
+        self.masker = BatchMasker(self.grammar, B, device=self.device, backend=backend, max_tokens=H + 1) \
+            if self.grammar is not None else None
+        dev = self.device
+        self.history = torch.zeros(B, H + 1, dtype=torch.long, device=dev)     # [B, H+1] generated ids
+        self.counts = torch.zeros(B, H + 1, dtype=torch.int32, device=dev)     # [B, H+1] legal count per token
+        self.n_gen = torch.zeros(B, dtype=torch.long, device=dev)              # [B] tokens generated so far
+        self.limit = torch.zeros(B, dtype=torch.long, device=dev)              # [B] per-row token ceiling
+        self.seeds = torch.zeros(B, dtype=torch.long, device=dev)              # [B] per-task seed
+        self.ended = torch.zeros(B, dtype=torch.bool, device=dev)              # [B] EOS seen
+        self.active = torch.zeros(B, dtype=torch.bool, device=dev)             # [B] slot holds a task
+        self.logits = torch.zeros(B, model.config.vocab_size, dtype=torch.float32, device=dev)  # [B, V]
+        self.rows = torch.arange(B, device=dev)
+        # one start state per tool set (a table of several grammars: batchmask.compiler.sets.combine)
+        starts = list(getattr(self.grammar, "starts", None) or [getattr(self.grammar, "start", 0)])
+        starts = starts * len(self.registries) if len(starts) == 1 else starts   # one grammar for all of them
+        if self.grammar is not None and len(starts) != len(self.registries):
+            raise GenerationError(f"{len(self.registries)} tool sets but the grammar table holds {len(starts)}")
+        self.starts = torch.tensor(starts, dtype=torch.int64, device=dev)      # [G] start state per tool set
+        self.one_start = len(set(starts)) == 1                                  # every row starts alike
+        self.stop_ids = torch.tensor(stops, dtype=torch.long, device=dev)      # [S] any of them ends a row
+
+    # --- one step --------------------------------------------------------------------------------
+    def _sample(self) -> torch.Tensor:
+        c = self.config
+        if self.masker is not None:
+            tokens = self.masker.sample(self.logits, c.temperature, c.top_p, c.seed)   # from unmasked logits
+            if c.record_counts:                                   # the legal counts before the draw
+                self.counts[self.rows, self.n_gen.clamp(max=c.max_new_tokens)] = self.masker.legal_counts
+        else:   # the free arm: the same sampler, noise and keys (task seed, step) with the mask off
+            tokens = sample_unmasked(self.logits, self.seeds, self.n_gen, c.temperature, c.top_p, c.seed,
+                                     vocab_size=min(len(self.tokenizer.token_bytes), self.logits.shape[1]))
+            if c.record_counts:
+                self.counts[self.rows, self.n_gen.clamp(max=c.max_new_tokens)] = self.logits.shape[1]
+        return tokens
+
+    def _record(self, tokens: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        """Write each active row's token into its history; return bool [B] rows that just finished."""
+        self.history[self.rows, self.n_gen.clamp(max=self.config.max_new_tokens)] = tokens
+        self.n_gen += active.long()
+        self.ended |= active & torch.isin(tokens, self.stop_ids)
+        return active & (self.ended | (self.n_gen >= self.limit))
+
+    # --- results ---------------------------------------------------------------------------------
+    def _result(self, slot: int, index: int, task, started: float, registry: ToolRegistry | None = None) -> Result:
+        n = int(self.n_gen[slot])
+        ids = self.history[slot, :n].tolist()
+        ended = bool(self.ended[slot])
+        text_ids = ids[:-1] if ended else ids
+        data = b"".join(self.tokenizer.token_bytes[t] for t in text_ids)
+        cut = False
+        if not ended and self.masker is not None:
+            owed = self.grammar.finish_bytes(int(self.masker.states[slot]))
+            cut = owed != b""
+            data += owed
+        elif not ended:
+            cut = True
+        text = data.decode("utf-8", errors="replace")
+        registry = registry or self.registry
+        call, error = registry.parse(text) if isinstance(registry, SchemaTask) else \
+            parse_call(text, registry, format=self.config.format)
+        counts = self.counts[slot, :n].tolist() if self.config.record_counts else None
+        return Result(index, task_text(task), text, call, error, n, cut, time.perf_counter() - started, counts, ids,
+                      data)
+
+    # --- the loop --------------------------------------------------------------------------------
+    def run(self, tasks: list[str], indices: list[int] | None = None,
+            on_result: Callable[[Result], None] | None = None,
+            on_progress: Callable[[int, int], None] | None = None,
+            limits: list[int] | None = None, groups: list[int] | None = None) -> RunStats:
+        """Generate a call for every task; `on_result` gets each Result in input order.
+
+        limits: an optional token ceiling per task (at most config.max_new_tokens, the default).
+        groups: which of `registries` each task uses (default 0: `registry`).
+        """
+        c = self.config
+        B = c.batch_size
+        indices = list(range(len(tasks))) if indices is None else list(indices)
+        if limits is None:
+            limits = [c.max_new_tokens] * len(tasks)
+        elif len(limits) != len(tasks) or any(not 1 <= int(n) <= c.max_new_tokens for n in limits):
+            raise GenerationError(f"limits: need one per task, each in [1, {c.max_new_tokens}] (max_new_tokens)")
+        groups = [0] * len(tasks) if groups is None else [int(g) for g in groups]
+        if len(groups) != len(tasks) or any(not 0 <= g < len(self.registries) for g in groups):
+            raise GenerationError(f"groups: need one per task, each in [0, {len(self.registries)})")
+        prompts = encode_prompts(tasks, self.tokenizer, [self.registries[g] for g in groups], self.seq_len, c.system)
+        stats = RunStats()
+        t0 = time.perf_counter()
+        next_task = 0                                   # next position in `tasks` to start
+        slot_task = [-1] * B                            # host: which task each slot holds (-1 empty)
+        slot_start = [0.0] * B
+        pending: dict[int, Result] = {}                 # finished out of order, waiting for their turn
+        next_out = 0
+
+        def emit(res: Result, pos: int):
+            nonlocal next_out
+            pending[pos] = res
+            while next_out in pending:
+                r = pending.pop(next_out)
+                next_out += 1
+                stats.tasks += 1
+                if on_result:
+                    on_result(r)
+
+        def refill(free: list[int]):
+            nonlocal next_task
+            take = free[: len(tasks) - next_task]
+            if not take:
+                return
+            batch = prompts[next_task: next_task + len(take)]
+            T = max(len(p) for p in batch)
+            ids = torch.zeros(len(take), T, dtype=torch.long)
+            for j, p in enumerate(batch):
+                ids[j, : len(p)] = torch.tensor(p)
+            lengths = torch.tensor([len(p) for p in batch])
+            rows = torch.tensor(take, device=self.device)
+            self.model.reset(rows)
+            self.logits[rows] = self.model.prefill(rows, ids.to(self.device), lengths.to(self.device))
+            room = torch.tensor([min(int(limits[next_task + j]), self.seq_len - len(p)) for j, p in enumerate(batch)],
+                                device=self.device)
+            self.limit[rows] = room
+            self.n_gen[rows] = 0
+            self.ended[rows] = False
+            self.active[rows] = True
+            self.seeds[rows] = torch.tensor([task_seed(c.seed, indices[next_task + j]) for j in range(len(take))],
+                                            device=self.device)
+            if self.masker is not None:
+                starts = None if self.one_start else \
+                    self.starts[torch.tensor(groups[next_task: next_task + len(take)], device=self.device)]
+                self.masker.reset(rows, keys=self.seeds[rows], starts=starts)   # draws keyed by task, not by slot
+            for j, slot in enumerate(take):
+                slot_task[slot] = next_task + j
+                slot_start[slot] = time.perf_counter()
+            stats.prefill_tokens += int(lengths.sum())
+            next_task += len(take)
+
+        refill(list(range(B)))
+        while any(t >= 0 for t in slot_task):
+            tokens = self._sample()
+            finished = self._record(tokens, self.active)
+            stats.steps += 1
+            stats.tokens += sum(t >= 0 for t in slot_task)
+            done_slots = torch.nonzero(finished).flatten().tolist()     # the one host sync per step
+            for slot in done_slots:
+                pos = slot_task[slot]
+                emit(self._result(slot, indices[pos], tasks[pos], slot_start[slot], self.registries[groups[pos]]),
+                     pos)
+                slot_task[slot] = -1
+            if done_slots:
+                gone = torch.tensor(done_slots, device=self.device)
+                self.active[gone] = False
+                self.model.reset(gone)
+                if on_progress:
+                    on_progress(stats.tasks, stats.tokens)
+            if any(t >= 0 for t in slot_task):
+                self.logits = self.model.decode(tokens)
+            if next_task < len(tasks):
+                free = [s for s in range(B) if slot_task[s] < 0]
+                if free and (c.continuous or len(free) == B):
+                    refill(free)
+        if self.masker is not None:
+            self.masker.check()
+        stats.seconds = time.perf_counter() - t0
+        return stats

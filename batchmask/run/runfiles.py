@@ -1,0 +1,332 @@
+"""The files of a run: task files in, result JSON Lines out, the run's fingerprint beside them, and locks.
+
+    tasks.txt / tasks.jsonl    one task per line, or one {"task": ..., "max_new_tokens": ...} object per line
+    OUT.jsonl                  one result record per line, in input order (`json.dumps` + "\\n")
+    OUT.jsonl.run.json         the settings that made those results (checked by --resume; run/fingerprint.py)
+    OUT.jsonl.lock             held (flock) for the whole run, so two runs never write one file (run/locks.py)
+
+JSON Lines exactly: lines end with "\\n" and are split on "\\n" only, so strings holding U+2028, U+2029 or
+U+0085 (which `str.splitlines` would also split on) round-trip. Reading never changes a file: `scan_results`
+checks a whole result file first, and only `cut_torn_tail` (after every check passed) drops a torn last line.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class RunFileError(ValueError):
+    """A task, result or run file that cannot be used as it is (the message names file, line and reason)."""
+
+
+# --- JSON Lines -----------------------------------------------------------------------------------
+def record_line(record: dict) -> str:
+    """One result record as one JSON Lines line (UTF-8 kept as is; JSON escapes every control character)."""
+    return json.dumps(record, ensure_ascii=False) + "\n"
+
+
+def split_lines(data: bytes) -> tuple[list[bytes], bytes]:
+    """Complete lines (without their "\\n") and what follows the last "\\n" (b"" when the file ends cleanly)."""
+    parts = data.split(b"\n")
+    return parts[:-1], parts[-1]
+
+
+# A task file's line ends: "\r\n" (Windows), "\n" (Unix) and a lone "\r" (classic Mac OS, some exporters) alike,
+# as editors count lines. Not str.splitlines: a task may hold U+2028, U+0085 or a form feed.
+_LINE_BREAK = re.compile("\r\n|\r|\n")
+_LINE_BREAK_BYTES = re.compile(b"\r\n|\r|\n")
+
+
+def task_lines(text: str) -> list[str]:
+    """The lines of a task file's text, without their ends (a final line end makes no empty last line)."""
+    lines = _LINE_BREAK.split(text)
+    return lines[:-1] if len(lines) > 1 and lines[-1] == "" else lines
+
+
+def _decode(raw: bytes, name: str) -> str:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = len(_LINE_BREAK_BYTES.findall(raw, 0, e.start)) + 1
+        raise RunFileError(f"{name} line {line}: not UTF-8 (byte 0x{raw[e.start]:02x} at offset {e.start})") from None
+    return text.removeprefix("\ufeff")          # a UTF-8 byte order mark (Windows editors) is not content
+
+
+# --- task files -----------------------------------------------------------------------------------
+TASK_FORMATS = ("auto", "text", "jsonl")
+MAX_TASK_TOKENS = 1 << 31                       # sanity cap of a JSONL "max_new_tokens"; the model's context
+                                                # is checked once it is loaded (check_task_limits)
+
+
+@dataclass
+class TaskFile:
+    """The tasks of a run, in order; `limits[i]` is task i's own token ceiling (None: the command's)."""
+    name: str
+    format: str                                  # "text" or "jsonl"
+    tasks: list[str]
+    limits: list[int | None]
+    lines: list[int]                             # the line each task came from (for error messages)
+    # JSONL "messages" (a conversation for the chat template) per task, None where the task is its text;
+    # empty when no line has any. tasks[i] is then the conversation's last user message (batchmask.tools.prompt)
+    messages: list = field(default_factory=list)
+    # JSONL "tools" per task (its own tool set, any form --tools accepts, as read; batchmask.run.grammar_store),
+    # None where the task uses the run's --tools; empty when no line has any
+    tools: list = field(default_factory=list)
+    # JSONL "schema" per task (its answer is one JSON value of that schema; batchmask.run.schema_task), None elsewhere;
+    # empty when no line has any
+    schemas: list = field(default_factory=list)
+
+    def key(self) -> str:
+        """sha256 of the tasks, their ceilings and their messages, in order (what the results depend on, not the
+        file's form)."""
+        rows = [[t, n] for t, n in zip(self.tasks, self.limits)]
+        if any(m is not None for m in self.messages):
+            rows = [[t, n, m] for (t, n), m in zip(rows, self.messages)]
+        if any(x is not None for x in self.tools):     # a task's own tools change its prompt and grammar
+            rows = [[*r, x] for r, x in zip(rows, self.tools)]
+        if any(x is not None for x in self.schemas):
+            rows = [[*r, {"schema": x}] for r, x in zip(rows, self.schemas)]
+        blob = json.dumps(rows, ensure_ascii=False)
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+    def task_input(self, i: int):
+        """What the prompt is built from: task i's messages if it has them, else its text."""
+        return self.messages[i] if self.messages and self.messages[i] is not None else self.tasks[i]
+
+    def check_limits(self, ceiling: int, what: str) -> None:
+        """Refuse a task's max_new_tokens above `ceiling` (the model's context, named by `what`)."""
+        for limit, line in zip(self.limits, self.lines):
+            if limit is not None and limit > ceiling:
+                raise RunFileError(f"{self.name} line {line}: \"max_new_tokens\" {limit} is above {what} ({ceiling})")
+
+
+def _json_object(line: str):
+    try:
+        obj = json.loads(line)
+    except (json.JSONDecodeError, RecursionError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _refuse_json_document(text: str, name: str) -> None:
+    """A file that is one JSON object or array (a tools file, a pretty-printed task list) is no task file: read as
+    lines, each fragment of it would become a task."""
+    if text.lstrip()[:1] not in ("{", "["):
+        return
+    try:
+        doc = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return
+    kind = "object" if isinstance(doc, dict) else "array"
+    raise RunFileError(f"{name}: the whole file is one JSON {kind}, not a tasks file (text: one task per line; "
+                       "JSONL: one {\"task\": ...} object per line); --tasks-format text reads its lines as tasks")
+
+
+def read_tasks(path: str, fmt: str = "auto") -> TaskFile:
+    """Read a task file ('-' is stdin). fmt "auto": JSONL when the first non-blank line is a JSON object, and
+    then every non-blank line must be one; otherwise one task per line. "text"/"jsonl" force either."""
+    if fmt not in TASK_FORMATS:
+        raise RunFileError(f"--tasks-format {fmt}: expected one of {', '.join(TASK_FORMATS)}")
+    if path == "-":
+        raw, name = sys.stdin.buffer.read(), "<stdin>"
+    else:
+        p = Path(path)
+        if not p.exists():
+            raise RunFileError(f"tasks file not found: {p}")
+        if p.is_dir():
+            raise RunFileError(f"{p}: is a directory, not a tasks file")
+        try:
+            raw = p.read_bytes()
+        except OSError as e:
+            raise RunFileError(f"{p}: cannot read tasks file: {e.strerror or e}") from None
+        name = str(p)
+    text = _decode(raw, name)
+    lines = list(enumerate(task_lines(text), 1))
+    lines = [(n, ln) for n, ln in lines if ln.strip()]
+    if not lines:
+        raise RunFileError(f"{name}: no tasks (the file is empty)")
+    if fmt == "auto":
+        fmt = "jsonl" if _json_object(lines[0][1]) is not None else "text"
+        if fmt == "text":
+            _refuse_json_document(text, name)
+            # a JSONL file whose first line is broken must not silently become plain tasks
+            for n, ln in lines[1:]:
+                obj = _json_object(ln)
+                if obj is not None and ("task" in obj or "messages" in obj):
+                    raise RunFileError(f"{name} line {lines[0][0]}: not a JSON object, but line {n} is a JSONL task; "
+                                       f"fix the line or pass --tasks-format text|jsonl")
+    if fmt == "text":
+        return TaskFile(name, "text", [ln.strip() for _, ln in lines], [None] * len(lines), [n for n, _ in lines])
+    tasks, limits, convos, tools, schemas = [], [], [], [], []
+    for n, ln in lines:
+        try:
+            obj = json.loads(ln)
+        except json.JSONDecodeError as e:
+            raise RunFileError(f"{name} line {n}: not valid JSON ({e.msg} at column {e.colno})") from None
+        except RecursionError:
+            raise RunFileError(f"{name} line {n}: JSON nested too deeply") from None
+        if not isinstance(obj, dict):
+            raise RunFileError(f"{name} line {n}: expected a JSON object, got {type(obj).__name__}")
+        task = obj.get("task")
+        convo = _messages(obj, name, n)
+        if convo is not None:
+            from ..tools.prompt import task_text
+            task = task_text(convo)
+        elif not isinstance(task, str) or not task.strip():
+            raise RunFileError(f"{name} line {n}: expected a non-empty string \"task\" (or \"messages\"), "
+                               f"got {task!r:.60}")
+        limit = obj.get("max_new_tokens")
+        if limit is not None and (type(limit) is not int or not 1 <= limit <= MAX_TASK_TOKENS):
+            raise RunFileError(f"{name} line {n}: \"max_new_tokens\" must be a positive integer, got {limit!r:.40}")
+        tasks.append(task)
+        limits.append(limit)
+        convos.append(convo)
+        tools.append(obj.get("tools"))
+        if tools[-1] is not None and not isinstance(tools[-1], (list, dict)):
+            raise RunFileError(f"{name} line {n}: \"tools\" must be a list of tools or an object with \"tools\" "
+                               f"(any form --tools accepts), got {type(tools[-1]).__name__}")
+        schemas.append(obj.get("schema"))
+        if schemas[-1] is not None and not isinstance(schemas[-1], dict):
+            raise RunFileError(f"{name} line {n}: \"schema\" must be a JSON Schema object, got "
+                               f"{type(schemas[-1]).__name__}")
+    return TaskFile(name, "jsonl", tasks, limits, [n for n, _ in lines],
+                    convos if any(c is not None for c in convos) else [],
+                    tools if any(x is not None for x in tools) else [],
+                    schemas if any(x is not None for x in schemas) else [])
+
+
+def _messages(obj: dict, name: str, n: int) -> list | None:
+    """A JSONL task's "messages" (a non-empty list of objects with a string "role"), None if it has none."""
+    convo = obj.get("messages")
+    if convo is None:
+        return None
+    if "task" in obj:
+        raise RunFileError(f"{name} line {n}: has both \"task\" and \"messages\"; give one")
+    if not isinstance(convo, list) or not convo:
+        raise RunFileError(f"{name} line {n}: \"messages\" must be a non-empty list of messages, got {convo!r:.60}")
+    for k, m in enumerate(convo):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise RunFileError(f"{name} line {n}: \"messages\"[{k}] must be an object with a string \"role\", "
+                               f"got {m!r:.60}")
+    return convo
+
+
+# --- result files ---------------------------------------------------------------------------------
+# The fields every batchmask result record has, with their JSON types (records may carry more).
+RESULT_FIELDS = {"index": (int,), "task": (str,), "text": (str,), "call": (dict, type(None)),
+                 "error": (str, type(None)), "tokens": (int,), "cut": (bool,)}
+_RECORD_START = b'{"index": '                   # how record_line() begins every record
+
+
+def check_record(obj, where: str) -> dict:
+    """`obj` if it is a batchmask result record, else RunFileError naming `where` and the reason."""
+    if not isinstance(obj, dict):
+        raise RunFileError(f"{where}: not a batchmask result record (a JSON {type(obj).__name__})")
+    for key, types in RESULT_FIELDS.items():
+        if key not in obj:
+            raise RunFileError(f"{where}: not a batchmask result record (no \"{key}\")")
+        value = obj[key]
+        if not isinstance(value, types) or (types == (int,) and isinstance(value, bool)):
+            raise RunFileError(f"{where}: not a batchmask result record (\"{key}\" is {type(value).__name__})")
+    if obj["index"] < 0:
+        raise RunFileError(f"{where}: not a batchmask result record (index {obj['index']})")
+    return obj
+
+
+@dataclass
+class ResultScan:
+    """A result file read and checked, not changed: its records and how many bytes to keep."""
+    path: Path
+    records: list[dict] = field(default_factory=list)
+    keep: int = 0                                # bytes of complete records (the file is cut here if torn)
+    size: int = 0                                # the file's size when read
+
+    @property
+    def torn(self) -> bool:
+        return self.keep != self.size
+
+
+def scan_results(path: Path) -> ResultScan:
+    """Read a whole result file and check every line (a missing file holds no records).
+
+    Refuses (RunFileError, the file untouched) anything but result records; a last line without its "\\n"
+    is a torn write only if it starts like a record, and then it is reported for `cut_torn_tail`.
+    """
+    path = Path(path)
+    scan = ResultScan(path)
+    if not path.exists():
+        return scan
+    if not path.is_file():
+        raise RunFileError(f"{path}: not a regular file; cannot --resume from it")
+    data = path.read_bytes()
+    scan.size = len(data)
+    complete, tail = split_lines(data)
+    for n, raw in enumerate(complete, 1):
+        where = f"{path} line {n}"
+        try:
+            obj = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise RunFileError(f"{where}: not UTF-8; not a batchmask result file, cannot --resume from it") from None
+        except (json.JSONDecodeError, RecursionError):
+            raise RunFileError(f"{where}: not JSON; not a batchmask result file, cannot --resume from it") from None
+        scan.records.append(check_record(obj, where))
+    if tail and not (tail.startswith(_RECORD_START) or _RECORD_START.startswith(tail)):
+        raise RunFileError(f"{path} line {len(complete) + 1}: not a batchmask result record (and no final newline); "
+                           f"cannot --resume from it")
+    scan.keep = len(data) - len(tail)
+    return scan
+
+
+def check_against_tasks(scans: list[ResultScan], tasks: list[str]) -> set[int]:
+    """The task indices these result files finish; refuses (naming file and line) an index out of range,
+    one task twice (across all the files), or a record whose task is not the task at its index."""
+    done: dict[int, str] = {}
+    for scan in scans:
+        for n, rec in enumerate(scan.records, 1):
+            i, where = rec["index"], f"{scan.path} line {n}"
+            if i >= len(tasks):
+                raise RunFileError(f"{where}: result for task {i}, but the tasks file has {len(tasks)} tasks")
+            if i in done:
+                raise RunFileError(f"{where}: a second result for task {i} (the first: {done[i]}; mixed runs?); "
+                                   f"cannot --resume from it")
+            if rec["task"] != tasks[i]:
+                raise RunFileError(f"{where}: the result for task {i} is for {rec['task'][:40]!r}, but task {i} is "
+                                   f"now {tasks[i][:40]!r}")
+            done[i] = where
+    return set(done)
+
+
+def cut_torn_tail(scan: ResultScan) -> None:
+    """Drop the torn last line found by `scan_results` (only if the file is still the size it was read at)."""
+    if not scan.torn:
+        return
+    with open(scan.path, "r+b") as fh:
+        if os.fstat(fh.fileno()).st_size != scan.size:
+            raise RunFileError(f"{scan.path}: changed while it was being checked; not touching it")
+        fh.truncate(scan.keep)
+
+
+def write_records(path: Path, records: list[dict]) -> None:
+    """Write `records` as the whole of `path`, atomically (a temporary file beside it, then rename)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+        fh.writelines(record_line(r) for r in records)
+        fh.flush()
+        os.fsync(fh.fileno())
+    tmp.replace(path)
+
+
+def part_files(out: Path) -> list[Path]:
+    """Per-rank part files of `out` (OUT.part<r>) left by a torchrun run, in rank order."""
+    prefix = out.name + ".part"
+    found = [p for p in out.parent.glob(glob_escape(prefix) + "*") if p.name[len(prefix):].isdigit()]
+    return sorted(found, key=lambda p: int(p.name[len(prefix):]))
+
+
+def glob_escape(name: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)

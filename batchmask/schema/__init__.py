@@ -1,0 +1,19 @@
+"""The JSON Schema front end: a schema in, the grammar node tree of every JSON value it allows out.
+
+In: a JSON Schema (a dict or bool) and SchemaOptions. Out: a grammar node tree (batchmask.grammar), serialised
+compactly; or a SchemaError naming the keyword and the JSON pointer. Uses batchmask.grammar only.
+
+    build.py        the walk: $ref, anyOf/oneOf/allOf, enum/const; the entry `schema_node`, `canonical_schema`
+    base.py         keyword sets, SchemaOptions (the caps), the walk's context
+    types.py        one builder per JSON type (string, integer, number, boolean, null, array, object)
+    numbers.py      exact integer and number ranges as digit automata
+    strings.py      JSON characters from a set of code points, and `format`s
+    formats_net.py  ipv4, hostname, email, uri
+    regex.py        the `pattern` subset
+    json_values.py  JSON equality, literals, types, oneOf disjointness
+    nodes.py        small node builders over batchmask.grammar, `lex_range`, `node_accepts`
+    validate.py     checks a value against a schema without the grammar (the free arm, parsed calls)
+
+Public names: batchmask.schema.build.{schema_node, canonical_schema}, batchmask.schema.base.SchemaOptions,
+batchmask.errors.SchemaError (also `from batchmask import SchemaOptions, SchemaError`).
+"""

@@ -1,0 +1,314 @@
+"""JSON Schema -> grammar nodes: the language of one JSON value of a schema, compactly serialised.
+
+`schema_node(schema, options, separators, where)` walks the schema and builds the node tree
+(batchmask/grammar/nodes.py) of every value it generates: each generated value validates against the
+schema (jsonschema, formats checked), and within the documented caps (SchemaOptions) no valid
+value is missing, except where docs/json-schema.md says the language is narrowed (additional
+properties and items are never generated; `type` is inferred from the keywords when absent).
+Every keyword is supported, ignored as an annotation (ANNOTATIONS), or refused with a SchemaError
+that names the tool (`where`) and the JSON pointer of the keyword: never silently ignored.
+
+Values serialise as json.dumps(..., ensure_ascii=False, separators=separators) writes them, with one
+difference: U+007F is written \\u007f, as every string body here (JsonStr) writes it.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from dataclasses import replace
+
+from ..grammar.nodes import Node
+from .base import ANNOTATIONS, CONTAINERS, KEYWORDS, SUPPORTED, TYPES, Ctx, Empty, SchemaError, SchemaOptions
+from .base import ptr as jp
+from .json_values import (
+    check_disjoint,
+    check_value,
+    equal_key,
+    exact_number,
+    has_type,
+    json_equal,
+    json_literal,
+    json_type,
+)
+from .nodes import alt, lit, node_accepts, seq
+from .strings import char_node, must_escape
+from .types import TYPE_BUILDERS, bounds
+
+__all__ = ["ANNOTATIONS", "SchemaError", "SchemaOptions", "canonical_schema", "json_literal", "schema_node"]
+
+# --- the walk ---------------------------------------------------------------------------------------
+def _build(schema, ptr: str, ctx: Ctx) -> Node:
+    """The node of `schema` at `ptr`; a subschema met before (the same JSON, options, separators and
+    depth, no $ref in play) is the node built then: tool sets repeat their parameters' schemas."""
+    key = _memo_key(schema, ctx)
+    if key is not None:
+        with _BUILT_LOCK:
+            got = _BUILT.get(key)
+            if got is not None:
+                _BUILT.move_to_end(key)
+                return got
+    node = _build_new(schema, ptr, ctx)
+    if key is not None:
+        with _BUILT_LOCK:
+            _BUILT[key] = node
+            while len(_BUILT) > BUILT_KEPT:
+                _BUILT.popitem(last=False)
+    return node
+
+
+BUILT_KEPT = 4096               # subschema nodes kept (least recently used go first)
+_BUILT: OrderedDict = OrderedDict()
+_BUILT_LOCK = threading.Lock()  # compiles may run in threads (a server's requests)
+
+
+def _memo_key(schema, ctx: Ctx):
+    """What a subschema's node depends on, or None where it may depend on more (a $ref: the root)."""
+    if ctx.refs or not isinstance(schema, dict):
+        return None
+    try:
+        text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+    if '"$ref"' in text:
+        return None
+    return text, ctx.options, ctx.item_sep, ctx.key_sep, ctx.depth
+
+
+def _build_new(schema, ptr: str, ctx: Ctx) -> Node:
+    if schema is True:
+        ctx.fail(ptr, "the schema true (any value) is not supported: values must be bounded; give a type")
+    if schema is False:
+        raise Empty(ptr, "the schema false admits no value")
+    if not isinstance(schema, dict):
+        ctx.fail(ptr, f"a schema must be an object or a boolean, got {type(schema).__name__}")
+    for k in schema:
+        if k not in SUPPORTED and k not in ANNOTATIONS:
+            ctx.fail(jp(ptr, k), f"keyword {k!r} is not supported")
+    assertions = [k for k in schema if k not in ANNOTATIONS and k not in CONTAINERS]
+    for combinator in ("$ref", "anyOf", "oneOf", "allOf"):
+        if combinator in schema:
+            others = [k for k in assertions if k != combinator]
+            if others:
+                ctx.fail(jp(ptr, others[0]), f"{others[0]!r} beside {combinator!r} is not supported "
+                                                "(move it into the referenced schema or each branch)")
+            return _COMBINATORS[combinator](schema, ptr, ctx)
+    if "enum" in schema or "const" in schema:
+        return _literals(schema, ptr, ctx)
+    return alt_or_empty([(t, lambda t=t: TYPE_BUILDERS[t](schema, ptr, ctx)) for t in _types(schema, ptr, ctx)],
+                        ptr, "no type of the schema admits a value")
+
+
+def alt_or_empty(options, ptr: str, message: str) -> Node:
+    """Alt of the options that admit a value (each a (label, thunk)); Empty when none does."""
+    nodes, first_empty = [], None
+    for _, thunk in options:
+        try:
+            nodes.append(thunk())
+        except Empty as e:
+            first_empty = first_empty or e
+    if not nodes:
+        raise first_empty or Empty(ptr, message)
+    return alt(*nodes)
+
+
+def _types(schema: dict, ptr: str, ctx: Ctx) -> list[str]:
+    t = schema.get("type")
+    if t is None:
+        found = [name for name, kws in KEYWORDS.items() if any(k in schema for k in kws)]
+        if not found:
+            ctx.fail(ptr, "a schema without 'type' (or enum, const, anyOf, oneOf, $ref) admits any value; "
+                          "values must be bounded: give a type")
+        return found
+    names = [t] if isinstance(t, str) else t
+    if not isinstance(names, list) or not names:
+        ctx.fail(jp(ptr, "type"), f"'type' must be a type name or a non-empty list of them, got {t!r}")
+    for i, n in enumerate(names):
+        if n not in TYPES:
+            ctx.fail(jp(ptr, "type", i) if isinstance(t, list) else jp(ptr, "type"),
+                     f"unknown type {n!r} (expected one of {', '.join(TYPES)})")
+    if len(set(names)) != len(names):
+        ctx.fail(jp(ptr, "type"), f"'type' lists a type twice: {names!r}")
+    if "number" in names and "integer" in names:
+        names = [n for n in names if n != "integer"]         # every integer is a number
+    return names
+
+
+# --- literals and combinators -----------------------------------------------------------------------
+def _literals(schema: dict, ptr: str, ctx: Ctx) -> Node:
+    if "enum" in schema:
+        values = schema["enum"]
+        if not isinstance(values, list) or not values:
+            ctx.fail(jp(ptr, "enum"), "'enum' must be a non-empty list")
+        key = "enum"
+    else:
+        values, key = [schema["const"]], "const"
+    if "enum" in schema and "const" in schema:
+        values = [v for v in values if json_equal(v, schema["const"])]
+    for i, v in enumerate(values):
+        try:
+            check_value(v)
+        except ValueError as e:
+            ctx.fail(jp(ptr, key, i) if key == "enum" else jp(ptr, key), str(e))
+    rest = {k: v for k, v in schema.items() if k not in ("enum", "const") and k not in ANNOTATIONS
+            and k not in CONTAINERS}
+    kept, seen, nodes = [], set(), {}
+    for v in values:
+        if equal_key(v) in seen:
+            continue
+        seen.add(equal_key(v))
+        if "type" in rest:
+            types = _types(rest, ptr, ctx)
+            if not any(has_type(v, t) for t in types):
+                continue
+        if set(rest) - {"type"} and not _satisfies(rest, v, ptr, ctx, nodes):
+            continue
+        kept.append(v)
+    if not kept:
+        raise Empty(jp(ptr, key), f"no value of {key!r} satisfies the rest of the schema")
+    return alt(*(_literal_node(v, ctx) for v in kept))
+
+
+def _literal_node(value, ctx: Ctx) -> Node:
+    """A const/enum value. A string may write each character that must be escaped in any of the forms
+    JsonStr writes (\\n or \\u000a/\\u000A): the same value, so as valid (and as llguidance reads it);
+    values inside arrays and objects are written one way, json_literal's."""
+    if not isinstance(value, str):
+        return lit(json_literal(value, (ctx.item_sep.decode(), ctx.key_sep.decode())))
+    parts = [lit(b'"')]
+    for ch in value:
+        parts.append(char_node([(ord(ch), ord(ch))]) if must_escape(ord(ch)) else lit(ch.encode("utf-8")))
+    parts.append(lit(b'"'))
+    return seq(*parts)
+
+
+def _satisfies(rest: dict, value, ptr: str, ctx: Ctx, nodes: dict) -> bool:
+    """Does `value` meet the sibling keywords of an enum/const that apply to its type (maxLength says
+    nothing of a number)? Bounds are checked on the number itself; the rest by matching its literal
+    against the node of those keywords, built with the caps lifted; arrays and objects are refused."""
+    kind = {"integer": "number", "number": "number", "string": "string", "array": "array",
+            "object": "object"}.get(json_type(value))
+    applicable = {k: v for k, v in rest.items() if kind is not None and k in KEYWORDS[kind]}
+    if not applicable:
+        return True
+    if kind in ("array", "object"):
+        ctx.fail(jp(ptr, next(iter(applicable))), f"an enum/const {kind} beside {kind} keywords "
+                 f"({', '.join(applicable)}) is not supported: list only the values that fit")
+    if kind == "number":
+        low, high = bounds(applicable, ptr, ctx)
+        x = exact_number(value)
+        return ((low is None or (x > low[0] if low[1] else x >= low[0]))
+                and (high is None or (x < high[0] if high[1] else x <= high[0])))
+    if kind not in nodes:                                  # one node per kind, shared by the values
+        wide = replace(ctx, options=replace(ctx.options, max_string_length=10 ** 9, max_items=10 ** 6,
+                                            repeat_cap=10 ** 6))
+        try:
+            nodes[kind] = _build(dict(applicable, type=kind), ptr, wide)
+        except Empty:
+            nodes[kind] = None
+    node = nodes[kind]
+    return node is not None and node_accepts(node, json_literal(value, (ctx.item_sep.decode(),
+                                                                         ctx.key_sep.decode())))
+
+
+def _ref(schema: dict, ptr: str, ctx: Ctx) -> Node:
+    ref = schema["$ref"]
+    rptr = jp(ptr, "$ref")
+    target = _resolve(ref, rptr, ctx)
+    if ctx.refs.count(ref) >= ctx.options.ref_depth:
+        raise Empty(rptr, f"recursive $ref {ref!r} unrolled ref_depth={ctx.options.ref_depth} times "
+                           "without reaching a value that does not recurse")
+    return _build(target, ref if ref.startswith("#") else "#" + ref, replace(ctx, refs=ctx.refs + (ref,)))
+
+
+def _resolve(ref, rptr: str, ctx: Ctx):
+    if not isinstance(ref, str) or not ref.startswith("#"):
+        ctx.fail(rptr, f"only local $refs (#/...) are supported, got {ref!r}")
+    node = ctx.root
+    if ref in ("#", "#/"):
+        return node
+    if not ref.startswith("#/"):
+        ctx.fail(rptr, f"$ref {ref!r}: only JSON pointers (#/...) are supported, not anchors")
+    for raw in ref[2:].split("/"):
+        token = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and token in node:
+            node = node[token]
+        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+            node = node[int(token)]
+        else:
+            ctx.fail(rptr, f"$ref {ref!r} points at nothing")
+    return node
+
+
+def _branches(schema: dict, key: str, ptr: str, ctx: Ctx) -> list:
+    branches = schema[key]
+    if not isinstance(branches, list) or not branches:
+        ctx.fail(jp(ptr, key), f"{key!r} must be a non-empty list of schemas")
+    return branches
+
+
+def _any_of(schema: dict, ptr: str, ctx: Ctx) -> Node:
+    branches = _branches(schema, "anyOf", ptr, ctx)
+    return alt_or_empty([(i, lambda i=i, b=b: _build(b, jp(ptr, "anyOf", i), ctx)) for i, b in enumerate(branches)],
+                        jp(ptr, "anyOf"), "no branch of anyOf admits a value")
+
+
+def _one_of(schema: dict, ptr: str, ctx: Ctx) -> Node:
+    branches = _branches(schema, "oneOf", ptr, ctx)
+    check_disjoint(branches, jp(ptr, "oneOf"), ctx.fail, lambda ref: _resolve(ref, jp(ptr, "oneOf"), ctx))
+    return alt_or_empty([(i, lambda i=i, b=b: _build(b, jp(ptr, "oneOf", i), ctx)) for i, b in enumerate(branches)],
+                        jp(ptr, "oneOf"), "no branch of oneOf admits a value")
+
+
+def _all_of(schema: dict, ptr: str, ctx: Ctx) -> Node:
+    branches = _branches(schema, "allOf", ptr, ctx)
+    real = [i for i, b in enumerate(branches) if not (isinstance(b, dict) and set(b) <= ANNOTATIONS) and b is not True]
+    if len(real) != 1:
+        ctx.fail(jp(ptr, "allOf"), "'allOf' is supported only with one branch that is not just annotations "
+                                     f"(got {len(real)})")
+    return _build(branches[real[0]], jp(ptr, "allOf", real[0]), ctx)
+
+
+_COMBINATORS = {"$ref": _ref, "anyOf": _any_of, "oneOf": _one_of, "allOf": _all_of}
+
+
+# --- entry points -----------------------------------------------------------------------------------
+def _check_separators(separators, where: str) -> tuple[bytes, bytes]:
+    ok = (isinstance(separators, (tuple, list)) and len(separators) == 2 and all(isinstance(s, str) for s in separators)
+          and separators[0].strip(" \t\n\r") == "," and separators[1].strip(" \t\n\r") == ":")
+    if not ok:
+        raise SchemaError(f"{where}: separators must be (item, key) strings: ',' and ':' with optional JSON "
+                          f"whitespace around them, got {separators!r}")
+    return separators[0].encode(), separators[1].encode()
+
+
+def schema_node(schema, options: SchemaOptions | None = None, separators: tuple[str, str] = (",", ":"),
+                where: str = "<schema>") -> Node:
+    """The node of one JSON value of `schema` (module docstring); SchemaError names `where` and a pointer."""
+    options = options or SchemaOptions()
+    item_sep, key_sep = _check_separators(separators, where)
+    ctx = Ctx(schema, options, item_sep, key_sep, where, _build)
+    try:
+        return _build(schema, "#", ctx)
+    except Empty as e:
+        raise SchemaError(f"{where}: {e.ptr}: no value satisfies the schema: {e.message}") from None
+    except RecursionError:
+        raise SchemaError(f"{where}: #: the schema nests too deeply to walk") from None
+
+
+def canonical_schema(schema):
+    """`schema` without annotations at schema positions (key order kept: property order matters)."""
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for k, v in schema.items():
+        if k in ANNOTATIONS:
+            continue
+        if k in ("properties", "$defs", "definitions") and isinstance(v, dict):
+            v = {name: canonical_schema(s) for name, s in v.items()}
+        elif k in ("items", "additionalProperties", "additionalItems", "unevaluatedProperties", "not"):
+            v = [canonical_schema(s) for s in v] if isinstance(v, list) else canonical_schema(v)
+        elif k in ("prefixItems", "anyOf", "oneOf", "allOf") and isinstance(v, list):
+            v = [canonical_schema(s) for s in v]
+        out[k] = v
+    return out

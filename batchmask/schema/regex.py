@@ -1,0 +1,237 @@
+"""`pattern`: a regex subset compiled into JSON string body nodes.
+
+The subset, read as jsonschema reads it (Python's `re.search`); where ECMA-262 reads a construct
+otherwise it is refused, except `.`, which is Python's and llguidance's (ECMA-262 also excludes \r,
+U+2028 and U+2029):
+    literal characters; `.` (any character but newline); classes `[abc]`, `[a-z]`, `[^...]`;
+    escapes \\d [0-9], \\w [A-Za-z0-9_], \\s [ \\t\\n\\r\\f\\v] (ASCII only, in and out of classes),
+    \\n \\t \\r \\f \\v, \\xHH, \\uHHHH (not a surrogate) and any escaped punctuation
+    (\\. \\\\ \\/ \\- ...);
+    groups (...) and (?:...); alternation |; quantifiers ? * + {m} {m,} {m,n}, lazy forms (same language);
+    anchors: ^ only at the start of a top-level branch, $ only at its end.
+Anything else (backreferences, lookaround, \\b, \\D \\W \\S, flags, possessive quantifiers) is refused.
+
+The generated body always satisfies the pattern as `re.search` reads it. A branch without `$` may be followed
+by up to `free_cap` arbitrary characters; a branch without `^` is generated as though it had one (the value
+starts with the match: a free run before it could not be told from the match by the string automaton);
+`*`, `+` and `{m,}` repeat at most `repeat_cap` times (at least m). Each pattern character is one JSON
+character, written as JsonStr writes it (schema_strings.char_node), so the body is valid JSON string content.
+"""
+from __future__ import annotations
+
+from ..grammar.nodes import JsonStr, Node, Repeat
+from .base import LENGTH_CEILING
+from .nodes import EMPTY, alt, seq
+from .strings import char_node, complement
+
+_DIGITS = [(0x30, 0x39)]
+_WORD = [(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)]
+_SPACE = [(0x09, 0x0D), (0x20, 0x20)]
+_CLASS_ESCAPES = {"d": _DIGITS, "w": _WORD, "s": _SPACE}
+_CHAR_ESCAPES = {"n": 0x0A, "t": 0x09, "r": 0x0D, "f": 0x0C, "v": 0x0B}
+_META = set(".^$*+?()[]{}|\\")
+
+
+class PatternError(ValueError):
+    """A pattern outside the subset; `offset` is where in the pattern."""
+
+    def __init__(self, offset: int, message: str):
+        super().__init__(f"at offset {offset}: {message}")
+        self.offset = offset
+
+
+Part = tuple[Node, int, int]            # node, min and max length in characters
+
+
+class _Parser:
+    def __init__(self, pattern: str, repeat_cap: int, free_cap: int):
+        self.s, self.i, self.repeat_cap, self.free_cap = pattern, 0, repeat_cap, free_cap
+
+    def peek(self) -> str | None:
+        return self.s[self.i] if self.i < len(self.s) else None
+
+    def fail(self, message: str, offset: int | None = None):
+        raise PatternError(self.i if offset is None else offset, message)
+
+    # --- structure ------------------------------------------------------------------------------
+    def top(self) -> Part:
+        branches = [self.branch(top=True)]
+        while self.peek() == "|":
+            self.i += 1
+            branches.append(self.branch(top=True))
+        if self.peek() is not None:
+            self.fail(f"unbalanced {self.peek()!r}")
+        return _alt_parts(branches)
+
+    def group_body(self) -> Part:
+        branches = [self.branch(top=False)]
+        while self.peek() == "|":
+            self.i += 1
+            branches.append(self.branch(top=False))
+        return _alt_parts(branches)
+
+    def branch(self, top: bool) -> Part:
+        end_anchor = False
+        if top and self.peek() == "^":
+            self.i += 1          # `^`: the value starts with the match, as it does without one (see the docstring)
+        parts: list[Part] = []
+        while (c := self.peek()) is not None and c not in "|)":
+            if c == "$" and top and (self.i + 1 == len(self.s) or self.s[self.i + 1] == "|"):
+                end_anchor, self.i = True, self.i + 1
+                break
+            if c in "^$":
+                self.fail(f"anchor {c!r} is supported only at the start (^) or end ($) of the pattern or of a "
+                          "top-level branch")
+            parts.append(self.quantified(self.atom()))
+        node = seq(*(p[0] for p in parts)) if parts else EMPTY
+        lo, hi = sum(p[1] for p in parts), sum(p[2] for p in parts)
+        if top and not end_anchor:
+            # Free characters may follow the match (re.search's reading). None precede it, even without `^`:
+            # a value body must end at its closing quote, so a free run could only stand at the end; a value
+            # that starts with the match still satisfies the pattern.
+            node, hi = seq(node, JsonStr(0, self.free_cap)), hi + self.free_cap
+        return node, lo, hi
+
+    def atom(self) -> Part:
+        c, start = self.peek(), self.i
+        if c == "(":
+            self.i += 1
+            if self.peek() == "?":
+                if self.s[self.i:self.i + 2] != "?:":
+                    self.fail("only (?:...) groups are supported (no lookaround, named groups or flags)")
+                self.i += 2
+            body = self.group_body()
+            if self.peek() != ")":
+                self.fail("missing ')'", start)
+            self.i += 1
+            return body
+        if c == "[":
+            return self.chars(self.char_class())
+        if c == ".":
+            self.i += 1
+            return self.chars(complement([(0x0A, 0x0A)]))
+        if c == "\\":
+            return self.chars(self.escape(in_class=False))
+        if c in "*+?{":
+            self.fail(f"nothing to repeat before {c!r} (write \\{c} for the character)")
+        self.i += 1
+        return self.chars([(ord(c), ord(c))])
+
+    def chars(self, ranges) -> Part:
+        node = char_node(ranges)
+        if node is None:
+            self.fail("a character class that matches no character")
+        return node, 1, 1
+
+    def quantified(self, part: Part) -> Part:
+        c, start = self.peek(), self.i
+        if c is None or c not in "*+?{":
+            return part
+        self.i += 1
+        if c == "*":
+            m, n = 0, self.repeat_cap
+        elif c == "+":
+            m, n = 1, self.repeat_cap
+        elif c == "?":
+            m, n = 0, 1
+        else:
+            close = self.s.find("}", self.i)
+            body = self.s[self.i:close] if close >= 0 else ""
+            lo_s, comma, hi_s = body.partition(",")
+            digits = lo_s.isascii() and lo_s.isdigit() and (not hi_s or (hi_s.isascii() and hi_s.isdigit()))
+            if close < 0 or not digits:
+                self.fail("'{' must start a quantifier {m}, {m,} or {m,n} (write \\{ for the character)", start)
+            self.i = close + 1
+            m = int(lo_s)
+            n = int(hi_s) if hi_s else (max(m, self.repeat_cap) if comma else m)
+            if n < m:
+                self.fail(f"quantifier {{{body}}} has max < min", start)
+        if self.peek() == "?":
+            self.i += 1                     # lazy: the same language
+        elif self.peek() == "+":
+            self.fail("possessive quantifiers are not supported")
+        if self.peek() is not None and self.peek() in "*+{":
+            self.fail("a quantifier cannot follow a quantifier")
+        node, lo, hi = part
+        if n == 0:
+            return EMPTY, 0, 0
+        if lo * m > LENGTH_CEILING:
+            self.fail(f"a match needs at least {lo * m} characters, above the supported maximum {LENGTH_CEILING}",
+                      start)
+        if hi * n > LENGTH_CEILING:     # fewer repetitions: every match still matches; 10^8 of them cannot be held
+            n = max(m, LENGTH_CEILING // max(hi, 1))
+        return (node if (m, n) == (1, 1) else Repeat(node, m, n)), lo * m, hi * n
+
+    # --- characters -----------------------------------------------------------------------------
+    def escape(self, in_class: bool) -> list[tuple[int, int]]:
+        start = self.i
+        self.i += 1
+        c = self.peek()
+        if c is None:
+            self.fail("pattern ends with a lone backslash", start)
+        self.i += 1
+        if c in _CLASS_ESCAPES:
+            return list(_CLASS_ESCAPES[c])
+        if c in _CHAR_ESCAPES:
+            cp = _CHAR_ESCAPES[c]
+            return [(cp, cp)]
+        if c in "xu":
+            width = 2 if c == "x" else 4
+            digits = self.s[self.i:self.i + width]
+            if len(digits) != width or any(d not in "0123456789abcdefABCDEF" for d in digits):
+                self.fail(f"\\{c} needs {width} hex digits", start)
+            self.i += width
+            cp = int(digits, 16)
+            if 0xD800 <= cp <= 0xDFFF:              # Python's re and ECMA-262 read surrogate escapes apart
+                self.fail(f"\\{c}{digits} is a surrogate; write the character itself", start)
+            return [(cp, cp)]
+        if c.isascii() and not c.isalnum():
+            return [(ord(c), ord(c))]
+        self.fail(f"escape \\{c} is not supported")
+
+    def char_class(self) -> list[tuple[int, int]]:
+        start = self.i
+        self.i += 1
+        negate = self.peek() == "^"
+        if negate:
+            self.i += 1
+        ranges: list[tuple[int, int]] = []
+        first = True
+        while True:
+            c = self.peek()
+            if c is None:
+                self.fail("missing ']'", start)
+            if c == "]" and not first:
+                self.i += 1
+                break
+            first = False
+            item = self.class_item()
+            if self.peek() == "-" and self.i + 1 < len(self.s) and self.s[self.i + 1] != "]":
+                self.i += 1
+                dash = self.i
+                other = self.class_item()
+                if len(item) != 1 or len(other) != 1 or item[0][0] != item[0][1] or other[0][0] != other[0][1]:
+                    self.fail("a range in a class needs single characters at both ends", dash)
+                if other[0][0] < item[0][0]:
+                    self.fail("a range in a class runs backwards", dash)
+                item = [(item[0][0], other[0][0])]
+            ranges.extend(item)
+        return complement(ranges) if negate else ranges
+
+    def class_item(self) -> list[tuple[int, int]]:
+        c = self.peek()
+        if c == "\\":
+            return self.escape(in_class=True)
+        self.i += 1
+        return [(ord(c), ord(c))]
+
+
+def _alt_parts(parts: list[Part]) -> Part:
+    if len(parts) == 1:
+        return parts[0]
+    return alt(*(p[0] for p in parts)), min(p[1] for p in parts), max(p[2] for p in parts)
+
+
+def pattern_node(pattern: str, repeat_cap: int, free_cap: int) -> Part:
+    """(node, min chars, max chars) for `pattern` (module docstring); PatternError outside the subset."""
+    return _Parser(pattern, repeat_cap, free_cap).top()

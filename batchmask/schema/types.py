@@ -1,0 +1,228 @@
+"""The builders of each JSON type: string, integer, number, boolean, null, array, object."""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from fractions import Fraction
+
+from ..grammar.nodes import JsonStr, Node, Repeat
+from .base import ITEMS_CEILING, LENGTH_CEILING, Ctx, Empty, count
+from .base import ptr as jp
+from .json_values import exact_number, json_literal
+from .nodes import alt, lit, opt, seq
+from .numbers import integer_node, number_node
+from .regex import PatternError, pattern_node
+from .strings import FORMATS, format_node
+
+
+# --- strings ----------------------------------------------------------------------------------------
+def _string(schema: dict, ptr: str, ctx: Ctx) -> Node:
+    o = ctx.options
+    lo = count(schema, "minLength", ptr, ctx) or 0
+    hi = count(schema, "maxLength", ptr, ctx)
+    if lo > LENGTH_CEILING:
+        ctx.fail(jp(ptr, "minLength"), f"minLength {lo} is above the supported maximum {LENGTH_CEILING}")
+    given_hi = hi is not None
+    if given_hi:
+        hi = min(hi, LENGTH_CEILING)        # longer strings stay valid; the grammar cannot hold 10^8 positions
+    if hi is None:
+        hi = max(o.max_string_length, lo)
+    if lo > hi:
+        raise Empty(jp(ptr, "minLength"), f"minLength {lo} > maxLength {hi}")
+    if "format" in schema and "pattern" in schema:
+        ctx.fail(jp(ptr, "pattern"), "'pattern' together with 'format' is not supported")
+    if "format" in schema:
+        name = schema["format"]
+        try:
+            built = format_node(name, o.fraction_digits, hi) if isinstance(name, str) else None
+        except ValueError as e:
+            ctx.fail(jp(ptr, "maxLength"), f"format {name!r} cannot be written within maxLength {hi}: {e}")
+        if built is None:
+            ctx.fail(jp(ptr, "format"), f"format {name!r} is not supported (supported: {', '.join(FORMATS)})")
+        body, flo, fhi = built
+    elif "pattern" in schema:
+        pat = schema["pattern"]
+        if not isinstance(pat, str):
+            ctx.fail(jp(ptr, "pattern"), f"'pattern' must be a string, got {pat!r}")
+        cap = hi if given_hi else o.repeat_cap
+        try:
+            body, flo, fhi = pattern_node(pat, repeat_cap=max(cap, 1), free_cap=hi)
+        except PatternError as e:
+            ctx.fail(jp(ptr, "pattern"), f"pattern {pat!r} {e}")
+    else:
+        return seq(lit(b'"'), JsonStr(lo, hi), lit(b'"'))
+    if lo > flo or (given_hi and fhi > hi):
+        what = "format " + repr(schema["format"]) if "format" in schema else "the pattern"
+        limit = f"minLength {lo}" if lo > flo else f"maxLength {hi}"
+        ctx.fail(jp(ptr, limit.split()[0]), f"{what} matches {flo}..{fhi} characters, not all within {limit}; "
+                 "only length limits that every match fits are supported")
+    return seq(lit(b'"'), body, lit(b'"'))
+
+
+# --- numbers ----------------------------------------------------------------------------------------
+def _bound_value(schema: dict, key: str, ptr: str, ctx: Ctx) -> Fraction:
+    v = schema[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v)):
+        ctx.fail(jp(ptr, key), f"{key!r} must be a number, got {v!r}")
+    return exact_number(v)
+
+
+def bounds(schema: dict, ptr: str, ctx: Ctx):
+    """((low, exclusive) | None, (high, exclusive) | None), the tighter of inclusive and exclusive forms."""
+    out = []
+    for inc, exc, tighter in (("minimum", "exclusiveMinimum", max), ("maximum", "exclusiveMaximum", min)):
+        found = []
+        ex = schema.get(exc)
+        if isinstance(ex, bool):                          # draft 4: a flag on minimum / maximum
+            if inc in schema:
+                found.append((_bound_value(schema, inc, ptr, ctx), ex))
+        else:
+            if inc in schema:
+                found.append((_bound_value(schema, inc, ptr, ctx), False))
+            if exc in schema:
+                found.append((_bound_value(schema, exc, ptr, ctx), True))
+        if not found:
+            out.append(None)
+            continue
+        best = tighter(v for v, _ in found)
+        out.append((best, any(e for v, e in found if v == best)))
+    return out[0], out[1]
+
+
+def _integer(schema: dict, ptr: str, ctx: Ctx) -> Node:
+    low, high = bounds(schema, ptr, ctx)
+    node = integer_node(low, high, ctx.options.int_digits)
+    if node is None:
+        raise Empty(ptr, "no integer lies within the bounds")
+    return node
+
+
+def _number(schema: dict, ptr: str, ctx: Ctx) -> Node:
+    low, high = bounds(schema, ptr, ctx)
+    o = ctx.options
+    node = number_node(low, high, o.int_digits, o.fraction_digits, o.exponent_digits)
+    if node is None:
+        raise Empty(ptr, "no number lies within the bounds")
+    return node
+
+
+# --- containers -------------------------------------------------------------------------------------
+def _enter(ptr: str, ctx: Ctx) -> Ctx:
+    if ctx.depth + 1 > ctx.options.max_depth:
+        if any(ctx.refs.count(r) > 1 for r in ctx.refs):     # inside unrolled recursion: stop there
+            raise Empty(ptr, f"recursion reaches the nesting limit max_depth={ctx.options.max_depth}")
+        ctx.fail(ptr, f"nesting deeper than max_depth={ctx.options.max_depth} arrays/objects")
+    return replace(ctx, depth=ctx.depth + 1)
+
+
+def _array(schema: dict, ptr: str, ctx: Ctx) -> Node:
+    inner = _enter(ptr, ctx)
+    lo = count(schema, "minItems", ptr, ctx) or 0
+    hi = count(schema, "maxItems", ptr, ctx)
+    if lo > ITEMS_CEILING:
+        ctx.fail(jp(ptr, "minItems"), f"minItems {lo} is above the supported maximum {ITEMS_CEILING}")
+    if hi is not None:
+        hi = min(hi, ITEMS_CEILING)         # shorter arrays stay valid
+    unique = schema.get("uniqueItems", False)
+    if not isinstance(unique, bool):
+        ctx.fail(jp(ptr, "uniqueItems"), f"'uniqueItems' must be true or false, got {unique!r}")
+    if unique and (hi is None or hi > 1):
+        ctx.fail(jp(ptr, "uniqueItems"), "'uniqueItems': true is not supported (unless maxItems <= 1)")
+    items, prefix = schema.get("items"), schema.get("prefixItems")
+    prefix_key = "prefixItems"
+    if isinstance(items, list):                           # drafts 4-7: the tuple form
+        if prefix is not None:
+            ctx.fail(jp(ptr, "items"), "'items' as a list beside 'prefixItems'")
+        prefix, items, prefix_key = items, None, "items"
+        extra = schema.get("additionalItems")
+        if extra not in (None, False, True):
+            ctx.fail(jp(ptr, "additionalItems"), "'additionalItems' as a schema is not supported")
+    elif "additionalItems" in schema:
+        ctx.fail(jp(ptr, "additionalItems"), "'additionalItems' is only supported beside 'items' as a list")
+    if prefix is not None and not isinstance(prefix, list):
+        ctx.fail(jp(ptr, prefix_key), f"{prefix_key!r} must be a list of schemas")
+    prefix = prefix or []
+    if items is None and not prefix:
+        ctx.fail(ptr, "an array without 'items' admits any items; values must be bounded: give 'items'")
+    heads = []
+    for i, sub in enumerate(prefix):
+        try:
+            heads.append(ctx.build(sub, jp(ptr, prefix_key, i), inner))
+        except Empty:
+            break                                          # no array is longer than i items
+    rest = None
+    if items is not None and items is not False and len(heads) == len(prefix):
+        try:
+            rest = ctx.build(items, jp(ptr, "items"), inner)
+        except Empty:
+            rest = None
+    longest = len(heads) if rest is None else (hi if hi is not None else max(ctx.options.max_items, lo))
+    if hi is not None:
+        longest = min(longest, hi)
+    if lo > longest:
+        raise Empty(jp(ptr, "minItems"), f"no array has {lo}..{longest} items")
+    sep = lit(ctx.item_sep)
+
+    def tail(i: int) -> Node:                             # after i items
+        options = [lit(b"]")] if i >= lo else []
+        if i < longest:
+            lead = sep if i else lit(b"")
+            if i < len(heads):
+                options.append(seq(lead, heads[i], tail(i + 1)))
+            else:
+                more = max(lo - i, 1)
+                options.append(seq(lead, rest, Repeat(seq(sep, rest), more - 1, longest - i - 1), lit(b"]")))
+        return alt(*options)
+    return seq(lit(b"["), tail(0))
+
+
+def _object(schema: dict, ptr: str, ctx: Ctx) -> Node:
+    inner = _enter(ptr, ctx)
+    props = schema.get("properties", {})
+    if not isinstance(props, dict):
+        ctx.fail(jp(ptr, "properties"), "'properties' must be an object")
+    required = schema.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+        ctx.fail(jp(ptr, "required"), "'required' must be a list of property names")
+    for i, r in enumerate(required):
+        if r not in props:
+            ctx.fail(jp(ptr, "required", i), f"required property {r!r} is not among 'properties' "
+                                               "(its value would be unconstrained)")
+        if required.index(r) != i:
+            ctx.fail(jp(ptr, "required", i), f"required property {r!r} is listed twice")
+    extra = schema.get("additionalProperties")
+    if isinstance(extra, dict) and not props:
+        ctx.fail(jp(ptr, "additionalProperties"), "'additionalProperties' as a schema without 'properties' is "
+                 "not supported (arbitrary keys); declare the properties")
+    if extra is not None and not isinstance(extra, (bool, dict)):
+        ctx.fail(jp(ptr, "additionalProperties"), "'additionalProperties' must be a boolean or a schema")
+    if schema.get("unevaluatedProperties", False) is not False:
+        ctx.fail(jp(ptr, "unevaluatedProperties"), "only 'unevaluatedProperties': false is supported")
+    members = []                                          # (required, key+value node), declared order
+    for name, sub in props.items():
+        need = name in required
+        try:
+            value = ctx.build(sub, jp(ptr, "properties", name), inner)
+        except Empty:
+            if need:
+                raise
+            continue                                      # an optional property no value fits: never present
+        members.append((need, seq(lit(json_literal(name) + ctx.key_sep), value)))
+    sep = lit(ctx.item_sep)
+    pieces = [seq(sep, kv) if need else opt(seq(sep, kv)) for need, kv in members]
+    # The first member present has no separator before it: one branch per candidate first member
+    # (optional ones up to the first required one), each followed by the shared pieces of the rest.
+    firsts = [lit(b"")] if not any(need for need, _ in members) else []
+    for j, (need, kv) in enumerate(members):
+        firsts.append(seq(kv, *pieces[j + 1:]))
+        if need:
+            break
+    return seq(lit(b"{"), alt(*firsts), lit(b"}"))
+
+
+TYPE_BUILDERS = {
+    "string": _string, "integer": _integer, "number": _number,
+    "boolean": lambda s, p, c: alt(lit(b"true"), lit(b"false")),
+    "null": lambda s, p, c: lit(b"null"),
+    "array": _array, "object": _object,
+}

@@ -1,0 +1,16 @@
+"""The table stage: an automaton x a vocabulary in, the factored state x token table out.
+
+In: an Automaton (batchmask.automaton) and a tokenizer's token bytes. Out: token_class [V], state_row [S],
+row_next [R, C], row_legal [R], row_final [R], targets [T], segment_start/segment_base [G] (numpy/torch arrays).
+
+    tokensim.py     tokens through the automaton (explicit states byte by byte, value bodies by signature);
+                    the vocabulary-only work, cached per tokenizer (`prepare_vocab`)
+    classes.py      grouping equal keys: token classes, shared rows, equal columns
+    build.py        the pipeline: rows shared by shift, the target list, `build_tables`
+    blocks.py       value blocks' cells -> their rows and target segments
+    write.py        the distinct rows -> row_next, written once in its final order and width
+    next_codes.py   what one table entry means (the only place that rule is written; the kernels read it too)
+
+Public names: batchmask.table.build.build_tables, batchmask.table.tokensim.{prepare_vocab, vocab_hash_of,
+stop_ids_of}, batchmask.table.next_codes.{decode_next, encode_relative, encode_targets, index_targets}.
+"""

@@ -1,0 +1,249 @@
+"""Automaton x vocabulary -> the factored token table: next_state[s, t] for every state and token.
+
+Stored plainly, S x V would be hundreds of MB; but almost all columns repeat and deep value
+states repeat by shift. So the table is stored as
+
+    token_class  [V]      the column each token uses
+    state_row    [S]      the row each state uses
+    row_next     [R, C]   next-state codes (table/next_codes.py): absolute (an index into targets from
+                          the base of the state's segment), -1 illegal, or relative
+    targets      [T]      the states absolute codes name: the explicit states' moves, then each
+                          value block's exits (segment_start, segment_base [G]: table/blocks.py)
+    row_legal    [R], row_final [R]   legal token ids, and whether the end may follow, per row
+
+How the columns are found without ever building S x V:
+  * explicit states are simulated byte by byte on the tokens that survive their first byte
+    (tokensim.explicit_columns);
+  * block cells follow from the tokens' value-type signatures (table/tokensim.py) and the bounds rules
+    of grammar/values.py, for one representative per token class, once per shape of block
+    (table/blocks.py);
+  * tokens are grouped by a key (stop/eos role, explicit columns, signature ids, what follows a
+    value's end), so rows are computed for one token per class; equal columns are merged once
+    more at the end.
+After a complete value exactly the stop ids are legal (they lead to `done`); in `done` only eos.
+Explicit rows stay sparse (a few legal entries each) until the table is written once, in its final
+order and width, from its parts (table/write.py): large unions of tool sets make it tens of MB.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..automaton.form import Automaton, byte_table, explicit_states
+from .blocks import (
+    block_first_use,
+    block_rows,
+    block_segments,
+    block_templates,
+    exit_classes,
+    far_mask,
+    shapes,
+    value_rows,
+)
+from .classes import classes_of, first_of_each, in_first_use_order, refine
+from .next_codes import encode_relative, encode_targets, index_targets
+from .tokensim import ByteSteps, VocabPrep, after_stops, explicit_columns
+from .write import RowParts
+
+
+def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
+    """The factored tables of `aut` on `prep`'s vocabulary (see the module docstring)."""
+    vocab = prep.vocab
+    V, S = len(vocab), aut.num_states
+    far = _once(far)                    # each block's far cells: asked for by the rows and their layout
+    done = S
+    delta_np, byte_class, to_c_np, from_c_np = byte_table(aut, vocab.max_len, vocab.max_tail)
+    steps = ByteSteps.of(delta_np, byte_class, vocab, dev)
+    to_c, from_c = torch.as_tensor(to_c_np, device=dev), torch.as_tensor(from_c_np, device=dev)
+
+    # Explicit states: sparse (state, token, next) triples.
+    explicit = torch.as_tensor(explicit_states(aut), device=dev)                         # [E] ascending
+
+    def row_of_explicit(states):                            # explicit state id -> its index in `explicit`
+        return torch.searchsorted(explicit, states)
+    edges = torch.as_tensor(aut.edges, device=dev).reshape(-1, 3)
+    edges_c = torch.stack([edges[:, 0], edges[:, 1], to_c[edges[:, 2]].long()], 1)
+    src, tok, nxt = explicit_columns(edges_c, steps, vocab)
+    nxt = from_c[nxt]
+
+    # Block cells: signatures per value type, and the state after each value-ending event.
+    vts = aut.value_types()
+    sigs = {vt.name: prep.signature(vt) for vt in vts}
+    blocks_of = {vt.name: [k for k, b in enumerate(aut.blocks) if b.vt.name == vt.name] for vt in vts}
+    shapes_of = {name: shapes(aut, ks) for name, ks in blocks_of.items()}              # blocks alike but for exits
+    after_ev = {name: after_stops(sigs[name], [aut.blocks[k] for k in ks], steps, to_c, from_c, vocab)
+                for name, ks in blocks_of.items()}                                     # [B_vt, E_vt]
+    exits = {name: exit_classes(a) for name, a in after_ev.items()}                   # events alike, once
+
+    # Token keys: first how a token behaves in block cells (role: eos / other stop / text; its
+    # signatures; what follows a value it ends), then with its explicit columns as well. Block
+    # rows are computed per value class (far fewer than classes), then spread to the classes.
+    a_tok, a_col, a_val = [], [], []
+    Qmax = max([vt.num_substates for vt in vts], default=1)
+    for vt in vts:
+        sig = sigs[vt.name]
+        qi, ti, evs = sig.stop_q, sig.stop_t, sig.stop_ev                          # kept per tokenizer
+        val = after_ev[vt.name].index_select(1, evs)                              # [B_vt, P], all blocks at once
+        bj, pj = torch.nonzero(val >= 0, as_tuple=True)
+        a_tok.append(ti[pj])
+        a_col.append(torch.as_tensor(blocks_of[vt.name], device=dev)[bj] * Qmax + qi[pj])
+        a_val.append(val[bj, pj])
+    base = prep.value_classes(vts)                                                     # cached per tokenizer
+    if a_tok:
+        value_class = refine(base, torch.cat(a_tok), torch.cat(a_col), torch.cat(a_val))
+    else:
+        value_class = base
+    value_rep = first_of_each(value_class)                                             # [Cv]
+    token_class = refine(value_class, tok, src, nxt)
+    rep = first_of_each(token_class)
+    C = len(rep)
+    spread = value_class[rep]                                                          # [C] value class of each
+    class_size = torch.bincount(token_class, minlength=C)
+    rep_pos = torch.full((V,), -1, dtype=torch.int64, device=dev)
+    rep_pos[rep] = torch.arange(C, device=dev)
+
+    # Rows: explicit states, block cells (one per sub-state for far cells), done. An explicit row has a few
+    # legal entries (one per class representative that moves), kept sparse until the table is written:
+    # (row, class, next state), the accepting rows' stop classes -> done last (stop ids have no bytes).
+    E = len(explicit)
+    sel = rep_pos[tok] >= 0
+    stop_classes = torch.unique(token_class[list(prep.stop_ids)])
+    acc = torch.as_tensor(aut.accepting, device=dev).long()
+    acc_rows = row_of_explicit(acc)
+    ex_r = torch.cat([row_of_explicit(src[sel]), acc_rows.repeat_interleave(len(stop_classes))])
+    ex_c = torch.cat([rep_pos[tok[sel]], stop_classes.repeat(len(acc_rows))])
+    ex_n = torch.cat([nxt[sel], torch.full((len(acc_rows) * len(stop_classes),), done, device=dev)])
+    eos_class = token_class[prep.eos_id].reshape(1)        # in `done` only eos is legal; it stays there
+
+    def value_part(far_fn, segments):
+        return value_rows(aut, sigs, exits, blocks_of, shapes_of, value_rep, far_fn, dev, segments)
+
+    value_ids, which, codes, layouts = value_part(far, True)                           # [Nk], [Nk], [M, Cv]
+    v_row, v_uniq = classes_of(codes)                                                  # [M] equal rows once
+    vcodes = codes.index_select(0, v_uniq)                                             # [Rv, Cv]
+    # every class has a token (dense ids), so a row is dead iff it has no legal entry
+    dead = (E > 0 and bool((torch.bincount(ex_r, minlength=E) == 0).any())) or \
+        (len(vcodes) > 0 and bool(((vcodes.amax(1) == -1) & (vcodes.amin(1) == -1)).any()))
+    if not bool(dead):
+        s = explicit.index_select(0, ex_r)
+        ex_code = torch.where(_forward(ex_n, s, done), encode_relative(ex_n, s), ex_n)
+        # the target list: the explicit states' few absolute moves, then every block's exits (segments)
+        explicit_targets = torch.unique(torch.cat([ex_code[ex_code >= 0], torch.tensor([done], device=dev)]))
+        targets, seg_start, seg_base = block_segments(aut, exits, blocks_of, explicit_targets, done, dev)
+        # rows: the explicit states' (sparse), `done`'s (sparse, row E), the block cells' (dense on value classes)
+        parts = RowParts(E + 1, torch.cat([ex_r, torch.tensor([E], device=dev)]), torch.cat([ex_c, eos_class]),
+                         index_targets(torch.cat([ex_code, torch.tensor([done], device=dev)]), explicit_targets),
+                         vcodes, spread, C)
+        row_of = parts.row_classes()
+        templates = block_templates(layouts, row_of.index_select(0, E + 1 + v_row))
+        state_row, row_order = _state_rows(row_of, explicit, done, templates, parts)
+    else:
+        # Some state has no way out (a vocabulary without some bytes): prune on the full table.
+        value_ids, which, codes, _ = value_part(lambda blk, n, d: far(blk, None, d), False)
+        codes = codes.index_select(0, which)                                           # [Nk, Cv]
+        within = codes <= -2                                                           # relative: stays inside
+        full = torch.full((S + 1, C), -1, dtype=torch.int32, device=dev)
+        full[explicit[ex_r], ex_c] = ex_n.to(torch.int32)
+        full[value_ids] = torch.where(within, value_ids[:, None] - 2 - codes, codes)[:, spread].to(torch.int32)
+        full[done, eos_class] = done
+        finals = torch.cat([acc, torch.tensor([done], device=dev)])
+        full = _prune_dead_ends(full, class_size, finals)
+        relative = torch.zeros_like(full, dtype=torch.bool)
+        relative[value_ids] = within[:, spread]
+        relative[explicit] = _forward(full[explicit], explicit[:, None], done)
+        relative &= full >= 0
+        states = torch.arange(S + 1, device=dev)[:, None]
+        codes = torch.where(relative, encode_relative(full, states), full)
+        state_row, uniq = classes_of(codes)                                            # [S + 1]
+        codes, targets = encode_targets(codes)
+        empty = torch.zeros(0, dtype=torch.int64, device=dev)
+        parts = RowParts(0, empty, empty, empty, codes.index_select(0, uniq).to(torch.int32),
+                         torch.arange(C, device=dev), C)
+        state_row = parts.row_classes().index_select(0, state_row)        # the rows are distinct already
+        seg_start = seg_base = torch.zeros(1, dtype=torch.int64, device=dev)           # one segment: plain
+        state_row, row_order = in_first_use_order(state_row)
+    assert int(state_row.min()) >= 0, "every state has a row"
+    # Rows are numbered by first use; the table is written in that order, its equal columns merged and numbered
+    # by first use too (keys are sufficient, not necessary), so equal grammars give equal tables whatever the
+    # hashing did (table/write.py).
+    token_class, row_next, row_legal = parts.write(row_order, token_class)
+    final = torch.zeros(S + 1, dtype=torch.bool, device=dev)
+    final[acc] = True
+    final[done] = True
+    row_final = torch.zeros(row_next.shape[0], dtype=torch.bool, device=dev)
+    row_final[state_row[final].long()] = True
+    # accepting is a property of the row (its stop moves): no other state may share an accepting state's row.
+    # Block cells are never accepting, and a far cell has the row of a computed one: checking the explicit
+    # states and the computed cells checks them all.
+    seen = torch.cat([explicit, value_ids, torch.tensor([done], device=dev)])
+    assert torch.equal(row_final[state_row[seen].long()], final[seen]), "accepting is a property of the row"
+    return dict(token_class=token_class, state_row=state_row, row_next=row_next, row_legal=row_legal,
+                row_final=row_final, targets=targets, segment_start=seg_start, segment_base=seg_base,
+                done_state=done)
+
+
+def _state_rows(row_of: torch.Tensor, explicit: torch.Tensor, done: int, templates: list, parts: RowParts):
+    """(state_row [S + 1] in the table's width, row_order [R]: the row class of each table row) with rows
+    numbered by first use over the states. row_of: the row class of each explicit state, of done (index E)
+    and of the block rows behind `templates` (table_blocks.block_templates). The first use of each class
+    comes from the parts (explicit states, done, and per block pattern its template's first offsets in its
+    first block), and state_row is written once, already renumbered: no pass over a union's million cells."""
+    dev, E = row_of.device, len(explicit)
+    R = int(row_of.max()) + 1
+    ex = explicit.cpu().numpy()
+    first = np.full(R, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, row_of[:E + 1].cpu().numpy(), np.append(ex, done))
+    block_first_use(templates, first)
+    order = np.argsort(first, kind="stable")
+    renumber = np.empty(R, dtype=np.int64)
+    renumber[order] = np.arange(R)
+    out = np.full(done + 1, -1, dtype=np.int16 if parts.width(R) == torch.int16 else np.int32)
+    out[ex] = renumber[row_of[:E].cpu().numpy()]
+    out[done] = renumber[int(row_of[E])]
+    block_rows(out, templates, renumber)
+    return torch.from_numpy(out).to(dev), torch.from_numpy(order).to(dev)
+
+
+# An explicit state's forward moves (not to `done`) are stored relative when they reach no further than
+# this: equal runs of literal text (a key's chain, an enum value, an array's separators) then have equal
+# rows wherever they sit, and the codes stay within int16 (table/next_codes.py). Block cells' moves out of their
+# value stay absolute: the same target from every far cell, which is what lets those cells share a row.
+RELATIVE_REACH = 32000
+
+
+def _forward(moves: torch.Tensor, states: torch.Tensor, done: int) -> torch.Tensor:
+    """bool, moves' shape: which moves (next states, -1 illegal) from `states` are stored relative."""
+    return (moves > states) & (moves != done) & (moves - states <= RELATIVE_REACH)
+
+
+def _once(far):
+    """`far` remembering its answer per block (and per reach given or not)."""
+    memo = {}
+
+    def far_once(blk, reach, dev):
+        key = (id(blk), reach is None)
+        if key not in memo:
+            memo[key] = far(blk, reach, dev)
+        return memo[key]
+    return far_once
+
+
+def _prune_dead_ends(table: torch.Tensor, class_size: torch.Tensor, final_states) -> torch.Tensor:
+    """Cut every transition into a state from which no token sequence reaches the end.
+
+    With a vocabulary that has every single byte this changes nothing; with one that lacks
+    some, it keeps a row from being steered into a state it can never leave (the automaton is
+    acyclic apart from `done`, so repeating until nothing changes is exact).
+    """
+    keep = torch.zeros(table.shape[0], dtype=torch.bool, device=table.device)
+    keep[final_states] = True
+    while True:
+        live = (table >= 0) & (class_size > 0)[None, :]
+        dead = ~live.any(1) & ~keep
+        if not dead.any():
+            return table
+        into_dead = (table >= 0) & dead[table.clamp(min=0)]
+        if not into_dead.any():
+            return table
+        table = torch.where(into_dead, torch.full_like(table, -1), table)
+        keep = keep | dead          # already cut off: don't count them again

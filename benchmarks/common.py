@@ -1,0 +1,116 @@
+"""What the benchmarks share: task lists, the tokenizer they find (or a synthetic one), random models.
+
+Every benchmark script imports its helpers from here (never from another benchmark), so the scripts stay
+independent of each other.
+"""
+from __future__ import annotations
+
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # runnable as a script from anywhere
+
+from batchmask.models.checkpoint import ModelConfig, random_weights, write_checkpoint  # noqa: E402
+from batchmask.models.llama import load_checkpoint  # noqa: E402
+from batchmask.models.tokenizer import Tokenizer, load_tokenizer  # noqa: E402
+
+from batchmask.tools.prompt import catalogue  # noqa: E402
+from batchmask.tools.registry import ToolRegistry  # noqa: E402
+
+TOKENIZER = ROOT.parent / "shared" / "llama2" / "tokenizer.model"
+
+# words the tasks are made of (also the seed of the synthetic vocabulary, so prompts stay short)
+NOUNS = ["notes", "report", "budget", "todo", "photos", "config", "data", "draft", "letter", "music", "logs"]
+VERBS = ["summarise", "check", "open", "show", "count", "compare", "fix", "update"]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# inputs: tasks, tokenizer, model
+
+def make_tasks(n: int, seed: int = 0) -> list[str]:
+    """n short user requests of varied wording and length (the five default tools' kind of work)."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        a, b, w, v = rng.randint(2, 999), rng.randint(2, 99), rng.choice(NOUNS), rng.choice(VERBS)
+        out.append(rng.choice([
+            f"what is {a} times {b}?",
+            f"read the file {w}.txt and {v} it",
+            f"list the files in the {w} folder",
+            f"write 'hello {w}' to {w}_{b}.txt",
+            f"please {v} my {w} and tell me what it says about {rng.choice(NOUNS)}",
+            f"how much is {a} plus {b} minus {rng.randint(1, 50)}?",
+        ]))
+    return out
+
+
+def synthetic_tokenizer(vocab_size: int = 32000, seed: int = 0) -> Tokenizer:
+    """A SentencePiece-style vocabulary of vocab_size pieces for machines without the Llama 2 one.
+
+    Specials and the 256 byte pieces, printable ASCII, every prefix of every word of the prompt text (so BPE
+    merges reach whole words and prompts stay about as short as with Llama 2), then random concatenations of
+    earlier pieces until the size is reached (so the grammar sees a realistic number of distinct tokens).
+    """
+    pieces = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    chars = ["▁"] + [chr(c) for c in range(33, 127)]
+    corpus = catalogue(ToolRegistry.defaults()) + " TASK: CALL: " + " ".join(make_tasks(200, seed=1))
+    corpus += ' {"tool":"calc","args":{"expr":"1+2"}} {"tool":"answer","args":{"text":"hi"}}'
+    words = []
+    for word in corpus.split():
+        for piece in ("▁" + word, word):
+            words += [piece[:k] for k in range(2, len(piece) + 1)]
+    known = dict.fromkeys(pieces + chars + words)  # ordered, no repeats
+    rng = random.Random(seed)
+    base = list(known)[259:]
+    while len(known) < vocab_size:
+        piece = rng.choice(base) + rng.choice(base)
+        if len(piece) <= 16:
+            known.setdefault(piece)
+    pieces = list(known)[:vocab_size]
+    # higher score merges first: short pieces first, so words are built up from their prefixes
+    scores = [0.0] * 259 + [-float(len(p)) - i * 1e-6 for i, p in enumerate(pieces[259:])]
+    return Tokenizer.from_pieces(pieces, scores, source=f"<synthetic {vocab_size}-piece vocabulary>")
+
+
+def find_tokenizer(path=None, vocab_size: int = 32000) -> tuple[Tokenizer, str]:
+    """(tokenizer, what it is): `path` if given and present, else ../shared/llama2/tokenizer.model, else a
+    synthetic vocabulary of vocab_size pieces (with a note saying so)."""
+    tried = [Path(path)] if path else []
+    tried.append(TOKENIZER)
+    for p in tried:
+        if p.is_file():
+            return load_tokenizer(p), f"Llama 2 tokenizer ({p})"
+    return synthetic_tokenizer(vocab_size), (f"SYNTHETIC {vocab_size}-piece vocabulary: no tokenizer at "
+                                             f"{', '.join(str(p) for p in tried)} (pass --tokenizer PATH)")
+
+
+class MemoEncode:
+    """The tokenizer with encode remembered per text: the same task list is run many times, and the Python BPE
+    of a 1024-task list costs seconds of wall time that no figure includes (BatchGenerator encodes before its
+    clock starts) but the session's time budget does."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self._ids: dict[tuple, list[int]] = {}
+
+    def __getattr__(self, name):
+        return getattr(self.tokenizer, name)
+
+    def encode(self, text, bos=True, eos=False, prefix_space=True) -> list[int]:
+        key = (text, bos, eos, prefix_space)
+        if key not in self._ids:
+            self._ids[key] = self.tokenizer.encode(text, bos=bos, eos=eos, prefix_space=prefix_space)
+        return list(self._ids[key])
+
+
+def random_model(config: ModelConfig, device="cpu", dtype=torch.float32, seed: int = 0):
+    """A random checkpoint of `config`, written as a llama2.c file and loaded back the way a real one is."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "random.bin"
+        write_checkpoint(path, config, random_weights(config, seed=seed), version=0)
+        return load_checkpoint(path, device=device, dtype=dtype)
