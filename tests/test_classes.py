@@ -53,7 +53,7 @@ def test_collision_check_reads_shared_classes():
 
 
 def test_blocks_of_rows_give_the_same_grouping(monkeypatch):
-    from batchmask.table.build import classes
+    from batchmask.table import classes
     monkeypatch.setattr(classes, "_CHUNK", 64)                  # many small blocks of rows in the float64 products
     test_rows_every_branch()
     test_columns_match_rows_of_transpose()

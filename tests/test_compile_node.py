@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from batchmask.compiler.compiled import CompiledGrammar, GrammarCacheError, compile_node
-from batchmask.compiler.compiled import compiled as compiler
+from batchmask.compiler import compiled as compiler
 from batchmask.grammar.nodes import Alt, ByteSet, JsonStr, Lit, Repeat, Seq, Str, Word
 
 regex = pytest.importorskip("regex")

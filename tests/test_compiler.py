@@ -168,7 +168,7 @@ def test_llama_grammar_sizes(llama_grammar):
 
 def test_factored_rows_equal_the_plain_table(llama_vocab):
     """Rows computed for representatives only decode to exactly the rows computed state by state."""
-    from batchmask.compiler.compiled import compiled as compiler
+    from batchmask.compiler import compiled as compiler
     g = compile_grammar(ToolRegistry.defaults(), llama_vocab, max_string=300)
     real = compiler._far_mask
     try:

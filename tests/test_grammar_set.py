@@ -15,7 +15,7 @@ from batchmask.models.checkpoint import ModelConfig, random_weights, write_check
 from test_generation import random_model, small_tokenizer
 
 from batchmask import compile_grammar
-from batchmask.compiler.compiled import compiled as compiler_module
+from batchmask.compiler import compiled as compiler_module
 from batchmask.compiler.sets import GrammarSetError, combine, starts_of
 from batchmask.masker import BatchMasker
 from batchmask.run.cli import main

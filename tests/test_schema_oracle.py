@@ -352,7 +352,7 @@ def validate_value(data: bytes, schema):
 def _api():
     api = pytest.importorskip("batchmask.api")
     schema = pytest.importorskip("batchmask.schema.build")
-    from batchmask.compiler.compiled import compiled as compiler
+    from batchmask.compiler import compiled as compiler
     if not hasattr(compiler, "compile_node"):
         pytest.skip("compiler.compile_node not available yet")
     return api, schema

@@ -219,7 +219,7 @@ def test_a_subschema_met_before_is_reused_only_in_the_same_context(monkeypatch):
     """schema._build keeps the node of a subschema it has built (tool sets repeat parameter schemas); the node of
     the same JSON in another context (options, separators, depth, under a $ref) is built afresh, so a refusal
     there is not hidden by an earlier success, and the reused node is the one built without the memo."""
-    from batchmask.schema.build import build as schema_mod
+    from batchmask.schema import build as schema_mod
     sub = {"type": "array", "items": {"type": "integer"}, "maxItems": 2}
     shallow = {"type": "object", "properties": {"a": sub}, "required": ["a"]}
     deep = {"type": "object", "properties": {"a": sub, "b": {"type": "object", "properties": {"c": sub}}}}

@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from batchmask.table.build import classes
+from batchmask.table import classes
 from batchmask.table.classes import sparse_classes
 from batchmask.table.write import RowParts
 

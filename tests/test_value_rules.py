@@ -43,7 +43,7 @@ def test_row_classes_match_numpy_unique():
 
 
 def test_cells_numbering_and_kept_layouts(monkeypatch):
-    from batchmask.grammar.nodes import values
+    from batchmask.grammar import values
     monkeypatch.setattr(values, "CELLS_KEPT", 2)
     for vt in TYPES:
         for max_, base in ((0, 0), (3, 7), (5, 100), (3, 1), (9, 0), (3, 7)):        # caps repeat, and get evicted

@@ -79,7 +79,7 @@ def test_hostnames_are_the_documented_language():
 
     from schema_reference import compile_regex
 
-    from batchmask.schema.build import formats_net as net
+    from batchmask.schema import formats_net as net
     rng = random.Random(5)
     letters = string.ascii_letters                              # the definition's own alphabet
     alnum = letters + string.digits
