@@ -15,8 +15,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from batchmask.compiler.compiled import CompiledGrammar, GrammarCacheError, compile_node
 from batchmask.compiler import compiled as compiler
+from batchmask.compiler.compiled import CompiledGrammar, GrammarCacheError, compile_node
 from batchmask.grammar.nodes import Alt, ByteSet, JsonStr, Lit, Repeat, Seq, Str, Word
 
 regex = pytest.importorskip("regex")
