@@ -63,14 +63,14 @@ def test_smoke_figures_are_complete(smoke_report):
 
 
 def test_tokenizer_falls_back_to_a_synthetic_vocabulary(tmp_path):
-    from benchmarks import generate
+    from benchmarks import common
     missing = tmp_path / "no_such_tokenizer.model"
-    real = generate.TOKENIZER
+    real = common.TOKENIZER
     try:
-        generate.TOKENIZER = tmp_path / "also_missing.model"
-        tok, note = generate.find_tokenizer(missing, vocab_size=400)
+        common.TOKENIZER = tmp_path / "also_missing.model"
+        tok, note = common.find_tokenizer(missing, vocab_size=400)
     finally:
-        generate.TOKENIZER = real
+        common.TOKENIZER = real
     assert tok.vocab_size == 400
     assert "SYNTHETIC" in note and str(missing) in note
 
