@@ -1,0 +1,135 @@
+"""Tool calls in OpenAI's shape, in one place: what a record's `tool_calls` holds, and the reading of
+generated texts back into it.
+
+OpenAI's chat completion writes a call as
+
+    {"id": "call_...", "type": "function", "function": {"name": "calc", "arguments": "{\\"expr\\":\\"1+2\\"}"}}
+
+with `arguments` a JSON *text* (a client json.loads it), here written compactly (separators (",", ":"),
+non-ASCII kept) so equal arguments give equal text.
+
+Ids are stable: `call_id(request_id, index)` is `call_` + the first 24 hex digits of SHA-256 over
+`"<request_id>:<index>"`, so a rerun (or a resumed run) of one request names its calls alike, and two calls of
+one reply differ. `request_id` is whatever names the request (a task id, a Batch API `custom_id`).
+
+A reply with several calls is written the way its format writes several:
+
+    hermes  several `<tool_call>` blocks, one after another, a newline allowed between them (Qwen2.5's template)
+    seed, json, llama3   one call object alone, or a JSON array of call objects (`[{...},{...}]`)
+
+In the seed format a call to the built-in `answer` tool is the seed's way of replying in text: it is read as
+content, not as a call (`parse_reply`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+
+from .envelope import CallError, Envelope, get_envelope
+from .prompt import parse_call
+from .registry import ANSWER, ToolRegistry
+
+_COMPACT = (",", ":")
+
+
+def call_id(request_id, index: int) -> str:
+    """The stable id of call `index` (0-based) of the reply to `request_id`."""
+    digest = hashlib.sha256(f"{request_id}:{int(index)}".encode()).hexdigest()
+    return "call_" + digest[:24]
+
+
+def arguments_text(arguments: dict) -> str:
+    """The arguments as OpenAI's `arguments` string: compact JSON, non-ASCII kept."""
+    return json.dumps(arguments, ensure_ascii=False, separators=_COMPACT)
+
+
+def tool_call(name: str, arguments: dict, call_id: str) -> dict:
+    """One call in OpenAI's shape."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a tool call needs a non-empty string name, got {name!r}")
+    if not isinstance(arguments, dict):
+        raise ValueError(f"tool {name!r}: arguments must be an object, got {type(arguments).__name__}")
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments_text(arguments)}}
+
+
+def split_calls(text: str, env: Envelope) -> list[str]:
+    """The call texts of a reply in `env`'s format (see the module docstring), each as Envelope.parse takes it;
+    CallError when the text is neither one call nor several written the format's way."""
+    if env.prefix:
+        return _split_blocks(text, env)
+    stripped = text.strip()
+    if not stripped.startswith("["):
+        return [text]
+    try:
+        items = json.loads(stripped, object_pairs_hook=_strict_pairs)
+    except json.JSONDecodeError as e:
+        raise CallError(f"not JSON: {e}") from None
+    if not isinstance(items, list) or not items:
+        raise CallError("a list of calls must hold at least one call")
+    return [json.dumps(item, ensure_ascii=False, separators=env.separators) for item in items]
+
+
+def _strict_pairs(pairs):
+    seen = {}
+    for k, v in pairs:
+        if k in seen:
+            raise CallError(f"not JSON: key {k!r} repeated in one object")
+        seen[k] = v
+    return seen
+
+
+def _split_blocks(text: str, env: Envelope) -> list[str]:
+    """Consecutive `prefix BODY suffix` blocks; the body's end is found by decoding JSON, not by searching for
+    the suffix (which a string argument may contain)."""
+    decoder = json.JSONDecoder()
+    out, at = [], 0
+    while True:
+        if not text.startswith(env.prefix, at):
+            raise CallError(f"at offset {at}: expected {env.prefix!r}")
+        body_at = at + len(env.prefix)
+        try:
+            _, end = decoder.raw_decode(text, body_at)
+        except json.JSONDecodeError as e:
+            raise CallError(f"not JSON: {e}") from None
+        if not text.startswith(env.suffix, end):
+            raise CallError(f"at offset {end}: expected {env.suffix!r}")
+        stop = end + len(env.suffix)
+        out.append(text[at:stop])
+        rest = text[stop:]
+        if not rest.strip():
+            return out
+        at = stop + (len(rest) - len(rest.lstrip("\n")))
+
+
+def parse_reply(text: str, registry: ToolRegistry, format: str = "json", request_id=0,
+                max_string: int | None = None) -> tuple[str | None, list[dict], str | None]:
+    """(content, tool_calls, reason) for one generated text.
+
+    A valid call (or several): content None, the calls in OpenAI's shape. A seed-format call to `answer`: its
+    text as content, no call. Anything else: content None, no calls, and the reason it is not a call."""
+    env = get_envelope(format)
+    try:
+        pieces = split_calls(text, env)
+    except CallError as e:
+        return None, [], str(e)
+    calls = []
+    for index, piece in enumerate(pieces):
+        call, reason = parse_call(piece, registry, max_string=max_string, format=format)
+        if call is None:
+            return None, [], (f"call {index}: {reason}" if len(pieces) > 1 else reason)
+        calls.append((call[env.name_key], call[env.args_key]))
+    if format == "seed" and len(calls) == 1 and calls[0][0] == ANSWER.name:
+        return calls[0][1]["text"], [], None
+    return None, [tool_call(name, args, call_id(request_id, i)) for i, (name, args) in enumerate(calls)], None
+
+
+def parse_calls(texts, registry: ToolRegistry, format: str = "json", request_ids=None,
+                max_string: int | None = None) -> list[list[dict]]:
+    """For each text, its calls in OpenAI's shape ([] for a text reply or a text that is not a valid call).
+
+    `request_ids[i]` names text i's request for the ids (default: its index in `texts`)."""
+    texts = list(texts)
+    ids = list(range(len(texts))) if request_ids is None else list(request_ids)
+    if len(ids) != len(texts):
+        raise ValueError(f"parse_calls: {len(texts)} texts but {len(ids)} request ids")
+    return [parse_reply(t, registry, format, rid, max_string)[1] for t, rid in zip(texts, ids)]
