@@ -118,7 +118,7 @@ def xgr_setup(tok):
         import xgrammar as xgr
     except ImportError:
         return None, "xgrammar not installed: its column is skipped (pip install xgrammar)"
-    info = xgr.TokenizerInfo(list(tok.token_bytes), vocab_type=xgr.VocabType.BYTE_LEVEL,
+    info = xgr.TokenizerInfo(list(tok.token_bytes), vocab_type=xgr.VocabType.RAW,
                              stop_token_ids=list(getattr(tok, "stop_ids", (tok.eos_id,))))
     return xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False), None
 
@@ -299,7 +299,8 @@ def print_table(summary: dict) -> None:
             f"{'max MB':>8}{'llg':>5}{'llg med/p90/max ms':>20}{'xgr':>5}{'xgr med/p90/max ms':>20}"
             f"{'walks':>6}{'disagr':>7}")
     print(head)
-    total = {"n": 0, "compiled": 0, "llg": 0, "xgr": 0, "walks": 0, "disagreements": 0}
+    total = {"n": 0, "compiled": 0, "llg": 0, "xgr": 0, "walks": 0, "disagreements": 0, "finished": 0,
+             "invalid": 0}
     for s, r in summary.items():
         peers = []
         for p in ("llg", "xgr"):
@@ -310,10 +311,11 @@ def print_table(summary: dict) -> None:
         print(f"{s:<16}{r['n']:>4}{r['compiled']:>6}{r['timeouts']:>4}{_ms(r['time'], 'median'):>8}"
               f"{_ms(r['time'], 'p90'):>8}{_ms(r['time'], 'max'):>8}{_mb(r['bytes'], 'median'):>8}"
               f"{_mb(r['bytes'], 'max'):>8}{peers[0]}{peers[1]}{r['walks']:>6}{r['disagreements']:>7}")
-        for k in ("n", "compiled", "walks", "disagreements"):
+        for k in ("n", "compiled", "walks", "disagreements", "finished", "invalid"):
             total[k] += r[k]
     print(f"all: ours {total['compiled']}/{total['n']}, llguidance {total['llg']}, xgrammar {total['xgr']}; "
-          f"{total['walks']} walks, {total['disagreements']} disagreements")
+          f"{total['walks']} walks, {total['disagreements']} disagreements; {total['finished']} finished, "
+          f"{total['invalid']} of them invalid by jsonschema")
 
 
 def refusals(records: dict[str, list[dict]], top: int = 12) -> list[tuple[str, int]]:
