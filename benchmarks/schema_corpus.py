@@ -346,7 +346,7 @@ def plot(records: dict[str, list[dict]], out: Path) -> str:
             if xs:
                 data.append(xs)
                 pos.append(i * 4 + j)
-                labels.append(f"{s}\n{name}" if j == 0 else name)
+                labels.append(f"{s} {name}")
     ax.boxplot(data, positions=pos, widths=0.8)
     ax.set_yscale("log")
     ax.set_ylabel("compile seconds")
