@@ -48,7 +48,6 @@ All matrices are [out_features, in_features], i.e. y = W @ x, as in run.c and nn
 from __future__ import annotations
 
 import mmap
-import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +55,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..safe_write import write_atomic
 from .config import PARAM_FIELDS, CheckpointError, ModelConfig, weight_shapes  # noqa: F401 (re-exported)
 from .rope import rope_tables
 
@@ -332,22 +332,18 @@ def write_checkpoint(path, config: ModelConfig, weights: dict[str, torch.Tensor]
     _check_weights(path, config, weights)
     c = config
     params = (c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.seq_len)
-    if Path(path).is_dir():
-        raise CheckpointError(path, "file", "a checkpoint file to write", "a directory")
-    tmp = Path(str(path) + ".tmp")
-    try:
-        used_group_size = _write_body(tmp, config, weights, version, group_size, params)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)                # a failed or interrupted write leaves nothing behind
-        raise
-    return used_group_size
+    used = []
+    # a temporary file beside it, then os.replace: a failed or interrupted write leaves nothing behind, and a
+    # device node, FIFO, directory or link at `path` is refused (batchmask/safe_write.py)
+    write_atomic(path, lambda tmp: used.append(_write_body(tmp, config, weights, version, group_size, params)),
+                 "checkpoint")
+    return used[0]
 
 
 def _write_body(tmp: Path, config: ModelConfig, weights: dict, version: int, group_size: int, params) -> int | None:
     c = config
     used_group_size = None
-    with open(tmp, "wb") as f:
+    with open(tmp, "xb") as f:
         if version == 0:
             legacy_vocab = c.vocab_size if c.shared_classifier else -c.vocab_size
             f.write(struct.pack("<7i", *params[:5], legacy_vocab, c.seq_len))

@@ -117,7 +117,7 @@ def test_export_into_a_directory_leaves_nothing(small_checkpoint, tmp_path, caps
     d.mkdir()
     assert export_main([str(small_checkpoint), str(d), "--version", "1"]) == 2
     assert "a directory" in capsys.readouterr().err
-    assert not Path(str(d) + ".tmp").exists() and list(d.iterdir()) == []
+    assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.tmp")) and list(d.iterdir()) == []
 
 
 # --- schema bounds too large to hold ------------------------------------------------------------

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ..grammar.nodes import Alt, ByteSet, JsonStr, Lit, Repeat, Seq, Str, Word
+from ..safe_write import write_atomic
 from ..table.tokensim import hash_vocab
 
 CACHE_FORMAT = "batchmask-grammar/5"      # 4: absolute codes index a target list; legal count and final per row
@@ -96,7 +97,10 @@ def save_grammar(g, path) -> None:
     lengths = np.fromiter((len(b) for b in g.token_bytes), dtype=np.int64, count=len(g.token_bytes))
     payload["token_lengths"] = torch.from_numpy(lengths)
     payload["token_data"] = torch.frombuffer(bytearray(b"".join(g.token_bytes) or b"\0"), dtype=torch.uint8)
-    torch.save(payload, Path(path))
+    def fill(tmp):                # opened by Python, so a read-only or full disk is an OSError naming the file
+        with open(tmp, "xb") as fh:
+            torch.save(payload, fh)
+    write_atomic(Path(path), fill, "grammar cache")
 
 
 def read_payload(path) -> dict:

@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..safe_write import check_target, write_text_atomic
 from ..text import printable
 from . import interrupts, limits
 from .fingerprint import run_settings
@@ -186,8 +187,8 @@ def check_output_file(path, flag: str, inputs: dict) -> None:
     if path is None:
         return
     p = Path(path)
-    if p.is_dir():
-        raise ValueError(f"{flag} {p}: is a directory")
+    check_target(p, flag)                          # a device, FIFO, directory or link is never written
+
     if not p.parent.is_dir():
         raise ValueError(f"{flag} {p}: the directory {p.parent} does not exist")
     for name, value in inputs.items():
@@ -210,7 +211,7 @@ def cmd_ablate(args) -> int:
                           max_string=args.max_string, format=args.format, system=args.system)
     print(report.table())
     if args.json:
-        Path(args.json).write_text(json.dumps(report.to_json(), indent=2))
+        write_text_atomic(args.json, json.dumps(report.to_json(), indent=2), "--json")
         print(f"wrote {args.json}")
     return 0
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from ..safe_write import check_target, open_append, unlink_regular
 from . import fingerprint, runfiles
 from .locks import FileLock
 from .runfiles import RunFileError
@@ -128,8 +129,10 @@ class Output:
 
     def _claim(self) -> None:
         out = self.out_path
-        if out.is_dir():
-            raise RunFileError(f"--out {out}: is a directory")
+        # every path of the run that exists must be a regular file, --force or not (batchmask/safe_write.py)
+        check_target(out, "--out")
+        for p in [fingerprint.run_file(out), out.with_name(out.name + ".lock"), *runfiles.part_files(out)]:
+            check_target(p)
         if not out.parent.is_dir():
             raise RunFileError(f"--out {out}: the directory {out.parent} does not exist")
         self.locks.append(FileLock(out).acquire())
@@ -166,14 +169,13 @@ class Output:
                 records = sorted((r for s in self.scans for r in s.records), key=lambda r: r["index"])
                 runfiles.write_records(out, records)
                 for s in parts:
-                    s.path.unlink()
+                    unlink_regular(s.path)
             else:
                 for s in self.scans:
                     runfiles.cut_torn_tail(s)
         else:
             for p in [out, *runfiles.part_files(out)]:
-                if p.exists():
-                    p.unlink()
+                unlink_regular(p)
         fingerprint.write_run_file(out, settings, info)
 
     def mark_failed(self, error: BaseException) -> None:
@@ -204,7 +206,7 @@ class Output:
             records = [r for p in [self.out_path, *parts] for r in runfiles.scan_results(p).records]
             runfiles.write_records(self.out_path, sorted(records, key=lambda rec: rec["index"]))
             for p in parts:
-                p.unlink(missing_ok=True)
+                unlink_regular(p)
         td.barrier()
 
     def close(self) -> None:
@@ -227,7 +229,7 @@ class Sink:
         self.count = 0
         self.held: list[dict] = []
         if path is not None:
-            self.fh = open(path, "a" if append else "w", encoding="utf-8", newline="\n")
+            self.fh = open_append(path, append, "--out")
         else:
             self.fh = None if hold else sys.stdout
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 from pathlib import Path
 
+from ..safe_write import write_text_atomic
 from .runfiles import RunFileError, TaskFile
 
 # --- the settings ---------------------------------------------------------------------------------
@@ -91,11 +91,8 @@ def _hash_of(path: str, size: int, mtime_ns: int) -> str:
 
 def write_run_file(out: Path, settings: dict, info: dict) -> None:
     """OUT.run.json: the result-changing `settings` (compared by --resume) and `info` (shown, never compared)."""
-    path = run_file(out)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"format": RUN_FORMAT, "settings": settings, "info": info}, indent=1,
-                              ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(run_file(out), json.dumps({"format": RUN_FORMAT, "settings": settings, "info": info},
+                                                indent=1, ensure_ascii=False) + "\n", "run file")
 
 
 def read_run_file(out: Path) -> dict | None:
@@ -118,10 +115,8 @@ def mark_run_failed(out: Path, reason: str) -> None:
     if obj is None:
         return
     obj["failed"] = reason[:300]
-    path = run_file(out)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")       # ranks may fail at once: one temporary each
-    tmp.write_text(json.dumps(obj, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    # ranks may fail at once: write_atomic's temporary file is per process
+    write_text_atomic(run_file(out), json.dumps(obj, indent=1, ensure_ascii=False) + "\n", "run file")
 
 
 def setting_differences(old: dict, new: dict) -> list[str]:

@@ -26,6 +26,7 @@ from pathlib import Path
 from .. import api
 from ..compiler.cache import CACHE_FORMAT
 from ..compiler.compiled import GrammarCacheError
+from ..safe_write import NotRegularFileError, OutputPathError, check_target
 from ..table.tokensim import stop_ids_of, vocab_hash_of
 from ..tools.registry import RegistryError, ToolRegistry
 from .schema_task import SchemaTask
@@ -47,6 +48,8 @@ def cache_dir_of(value: str | None) -> Path | None:
         return default_cache_dir()
     if value.strip().lower() == NO_CACHE:
         return None
+    if not value.strip():             # Path("") is the current directory: an empty value is a slip, not a choice
+        raise ValueError("--grammar-cache '': empty; give a directory, or 'none' for no disk cache")
     return Path(value)
 
 
@@ -146,6 +149,7 @@ class GrammarStore:
         return g
 
     def _load(self, path: Path, registry: ToolRegistry):
+        check_target(path, "grammar cache file")      # a FIFO would hang the read; a node is never replaced
         try:
             if isinstance(registry, SchemaTask):
                 g = registry.load(path, self.tokenizer, self.device)
@@ -161,19 +165,22 @@ class GrammarStore:
     def _save(self, g, path: Path) -> None:
         if self._unwritable:
             return
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            g.save(tmp)
-            os.replace(tmp, path)
         except OSError as e:
-            self._unwritable = True       # one warning per run; the grammars stay in memory
-            self.warn(f"grammar cache {path.parent} is not writable ({e.strerror or e}); not caching grammars "
-                      f"(--grammar-cache DIR or none)")
-            try:
-                tmp.unlink()
-            except OSError:
-                pass
+            self._cannot_cache(path, e.strerror or str(e))
+            return
+        try:
+            g.save(path)                  # through a temporary file beside it (batchmask/safe_write.py)
+        except NotRegularFileError:
+            raise                         # a node or link where a cache file goes: refused, never replaced
+        except OutputPathError as e:
+            self._cannot_cache(path, str(e).partition(": ")[2])
+
+    def _cannot_cache(self, path: Path, reason: str) -> None:
+        self._unwritable = True           # one warning per run; the grammars stay in memory
+        self.warn(f"grammar cache {path.parent} is not writable ({reason}); not caching grammars "
+                  f"(--grammar-cache DIR or none)")
 
 
 # --- which tool set each task uses ----------------------------------------------------------------

@@ -6,6 +6,7 @@ import fcntl
 import os
 from pathlib import Path
 
+from ..safe_write import open_regular_fd
 from .runfiles import RunFileError
 
 # --- locks ----------------------------------------------------------------------------------------
@@ -31,10 +32,7 @@ class FileLock:
 
     def acquire(self) -> FileLock:
         while True:
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError as e:
-                raise RunFileError(f"{self.path}: cannot create the lock file ({e.strerror})") from None
+            fd = open_regular_fd(self.path, os.O_RDWR | os.O_CREAT, "lock file")   # never a node (release unlinks)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as e:

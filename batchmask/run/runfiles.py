@@ -19,6 +19,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..safe_write import write_atomic
+
 
 class RunFileError(ValueError):
     """A task, result or run file that cannot be used as it is (the message names file, line and reason)."""
@@ -313,12 +315,10 @@ def cut_torn_tail(scan: ResultScan) -> None:
 
 def write_records(path: Path, records: list[dict]) -> None:
     """Write `records` as the whole of `path`, atomically (a temporary file beside it, then rename)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
-        fh.writelines(record_line(r) for r in records)
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(path)
+    def fill(tmp: Path) -> None:
+        with open(tmp, "x", encoding="utf-8", newline="\n") as fh:
+            fh.writelines(record_line(r) for r in records)
+    write_atomic(path, fill, "--out")
 
 
 def part_files(out: Path) -> list[Path]:
