@@ -114,3 +114,18 @@ def random_model(config: ModelConfig, device="cpu", dtype=torch.float32, seed: i
         path = Path(tmp) / "random.bin"
         write_checkpoint(path, config, random_weights(config, seed=seed), version=0)
         return load_checkpoint(path, device=device, dtype=dtype)
+
+
+class LLGuidanceTokens:
+    """llguidance's TokenizerWrapper protocol over raw token bytes (specials have none): what
+    llguidance.LLTokenizer reads. Its encoder is never called (the benchmarks run matchers with no forcing)."""
+    is_tokenizer_wrapper = True
+
+    def __init__(self, tok):
+        self.tokens = list(tok.token_bytes)
+        self.eos_token_id = int(tok.eos_id)
+        self.bos_token_id = None
+        self.special_token_ids = [i for i, b in enumerate(tok.token_bytes) if not b]
+
+    def __call__(self, s):
+        return []

@@ -126,20 +126,6 @@ def run_ours(case: dict) -> dict:
             "tokenizer_s": tokenizer_s}
 
 
-class _RawTokens:
-    """llguidance's TokenizerWrapper protocol over raw token bytes (specials have none)."""
-    is_tokenizer_wrapper = True
-
-    def __init__(self, vocab):
-        self.tokens = list(vocab.token_bytes)
-        self.eos_token_id = int(vocab.eos_id)
-        self.bos_token_id = None
-        self.special_token_ids = [i for i, b in enumerate(vocab.token_bytes) if not b]
-
-    def __call__(self, s):
-        return []
-
-
 def run_peer(case: dict) -> dict:
     from batchmask.tools.envelope import call_schema
 
@@ -171,7 +157,8 @@ def run_peer(case: dict) -> dict:
     import llguidance as llg
     import numpy as np
     t = time.perf_counter()
-    lt = llg.LLTokenizer(_RawTokens(vocab), eos_token=stops)
+    from benchmarks.common import LLGuidanceTokens
+    lt = llg.LLTokenizer(LLGuidanceTokens(vocab), eos_token=stops)
     tokenizer_s = time.perf_counter() - t
     grammar = llg.LLMatcher.grammar_from_json_schema(
         schema, defaults={"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"})

@@ -40,6 +40,7 @@ from batchmask.models.tokenizer_base import TokenizerError  # noqa: E402
 
 from batchmask.api import compile_json_schema  # noqa: E402
 from batchmask.schema.build import SchemaOptions  # noqa: E402
+from benchmarks.common import LLGuidanceTokens  # noqa: E402
 
 # ../shared beside the checkout (a git worktree sits one level deeper: the nearest ancestor that has one)
 TOKENIZER = next((d / "shared" / "llama2" / "tokenizer.model" for d in ROOT.parents
@@ -77,27 +78,13 @@ def schema_options(mode: str | None) -> SchemaOptions:
 
 
 # --- peers ----------------------------------------------------------------------------------------------
-class _LLGTokens:
-    """What llguidance.LLTokenizer reads from a tokenizer wrapper: raw token bytes, EOS, specials."""
-    is_tokenizer_wrapper = True
-
-    def __init__(self, tok):
-        self.tokens = list(tok.token_bytes)
-        self.eos_token_id = int(tok.eos_id)
-        self.bos_token_id = None
-        self.special_token_ids = [i for i, b in enumerate(tok.token_bytes) if not b]
-
-    def __call__(self, s):          # unused with no_forcing
-        return []
-
-
 def llg_setup(tok):
     try:
         import llguidance as llg
     except ImportError:
         return None, "llguidance not installed: its column is skipped (pip install llguidance)"
     stops = list(getattr(tok, "stop_ids", (tok.eos_id,)))
-    return (llg, llg.LLTokenizer(_LLGTokens(tok), eos_token=stops)), None
+    return (llg, llg.LLTokenizer(LLGuidanceTokens(tok), eos_token=stops)), None
 
 
 def llg_matcher(peer, schema):

@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from .envelope import CallError, Envelope, get_envelope
+from .envelope import CallError, Envelope, get_envelope, no_repeated_keys
 from .prompt import parse_call
 from .registry import ANSWER, ToolRegistry
 
@@ -61,21 +61,12 @@ def split_calls(text: str, env: Envelope) -> list[str]:
     if not stripped.startswith("["):
         return [text]
     try:
-        items = json.loads(stripped, object_pairs_hook=_strict_pairs)
+        items = json.loads(stripped, object_pairs_hook=no_repeated_keys)
     except json.JSONDecodeError as e:
         raise CallError(f"not JSON: {e}") from None
     if not isinstance(items, list) or not items:
         raise CallError("a list of calls must hold at least one call")
     return [json.dumps(item, ensure_ascii=False, separators=env.separators) for item in items]
-
-
-def _strict_pairs(pairs):
-    seen = {}
-    for k, v in pairs:
-        if k in seen:
-            raise CallError(f"not JSON: key {k!r} repeated in one object")
-        seen[k] = v
-    return seen
 
 
 def _split_blocks(text: str, env: Envelope) -> list[str]:

@@ -74,7 +74,7 @@ class Envelope:
             raise CallError(f"does not end with {self.suffix!r}")
         body = text[len(self.prefix): len(text) - len(self.suffix)]
         try:
-            obj = json.loads(body, object_pairs_hook=_no_repeated_keys, parse_constant=_no_constant)
+            obj = json.loads(body, object_pairs_hook=no_repeated_keys, parse_constant=_no_constant)
         except (json.JSONDecodeError, TypeError) as e:
             raise CallError(f"not JSON: {e}") from None
         except CallError:
@@ -84,7 +84,7 @@ class Envelope:
         return obj[self.name_key], obj[self.args_key]
 
 
-def _no_repeated_keys(pairs):
+def no_repeated_keys(pairs):
     obj = {}
     for k, v in pairs:
         if k in obj:
