@@ -1,0 +1,151 @@
+"""Jump-forward: the forced text and tokens of a grammar (batchmask/table/forced.py) against plain walks of the
+automaton and the table; the ragged forward pass against one token at a time; the loop against the plain loop."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from batchmask.models import load_tokenizer
+
+from batchmask.api import compile_grammar, compile_json_schema
+from batchmask.automaton.form import explicit_states
+from batchmask.table.forced import forced_text, forced_tokens
+from batchmask.tools.registry import ToolRegistry
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("BATCHMASK_SHARED", ROOT.parent / "shared"))   # ../shared unless told otherwise
+CATALOGUE = SHARED / "tools" / "agent_tools.json"
+QWEN2 = SHARED / "qwen2" / "tokenizer.json"
+needs_catalogue = pytest.mark.skipif(not CATALOGUE.exists(), reason="../shared/tools/agent_tools.json not present")
+UNICODE_SCHEMA = {"type": "object", "properties": {
+    "city": {"enum": ["café", "cafè", "Zürich"]}, "unit": {"const": "°C"}, "n": {"type": "integer"}},
+    "required": ["city", "unit", "n"]}
+
+
+def default_tokenizer():
+    return load_tokenizer(ROOT / "models" / "default" / "tokenizer.bin")
+
+
+def grammars(tok):
+    out = [("default seed", compile_grammar(ToolRegistry.defaults(), tok)),
+           ("default hermes", compile_grammar(ToolRegistry.defaults(), tok, format="hermes")),
+           ("unicode schema", compile_json_schema(UNICODE_SCHEMA, tok))]
+    if CATALOGUE.exists():
+        cat = ToolRegistry.from_json(CATALOGUE)
+        out += [(f"catalogue {f}", compile_grammar(cat, tok, format=f)) for f in ("json", "hermes", "llama3")]
+    return out
+
+
+def walk_reference(aut) -> dict[int, tuple[bytes, list[int]]]:
+    """Per explicit state: the bytes it is forced to write, and the states passed (a plain walk of the edges)."""
+    edges: dict[int, list[tuple[int, int]]] = {}
+    for src, byte, dst in np.asarray(aut.edges).tolist():
+        edges.setdefault(src, []).append((byte, dst))
+    explicit = set(explicit_states(aut).tolist())
+    accepting = set(np.asarray(aut.accepting).tolist())
+    out = {}
+    for s in explicit:
+        data, path, cur = bytearray(), [s], s
+        while cur in explicit and cur not in accepting and len(edges.get(cur, [])) == 1:
+            byte, cur = edges[cur][0]
+            data.append(byte)
+            path.append(cur)
+        out[s] = (bytes(data), path)
+    return out
+
+
+def test_forced_text_is_the_byte_walk():
+    tok = default_tokenizer()
+    for name, g in grammars(tok):
+        ref = walk_reference(g.automaton)
+        text = forced_text(g.automaton)
+        assert sorted(ref) == text.states.tolist(), name
+        for s, (data, _) in ref.items():
+            assert text.text(s) == data, (name, s)
+        assert (text.length > 0).sum() == sum(1 for d, _ in ref.values() if d), name
+    # a grammar's forced runs include the call's frame
+    g = compile_grammar(ToolRegistry.defaults(), tok, format="json")
+    assert forced_text(g.automaton).text(g.start) == b'{"name":"'
+
+
+def legal_lengths(g, states) -> np.ndarray:
+    """The longest legal token of each state, from the plain [n, V] mask."""
+    lengths = torch.tensor([len(b) for b in g.token_bytes])
+    return (g.allowed(states).long() * lengths).max(1).values.numpy()
+
+
+def check_forced_tokens(g, tok, encode, states=None):
+    ref = walk_reference(g.automaton)
+    ft = forced_tokens(g, tok)
+    K = 16
+    have = set(ft.states.tolist())
+    assert have <= {s for s, (d, _) in ref.items() if d}
+    for s, (data, path) in ref.items():
+        if not data or (states is not None and s not in states):
+            continue
+        toks, after = ft.of(s)
+        # the plain rule: the first state of the run from which a legal token is longer than the rest
+        longest = legal_lengths(g, path[:-1])
+        cut = next((i for i in range(len(data)) if longest[i] > len(data) - i), len(data))
+        spelled = b"".join(tok.token_bytes[t] for t in toks)
+        assert data.startswith(spelled) and len(spelled) <= cut, (s, data, spelled, cut)
+        # each token legal, the states after it as the table says (one token at a time)
+        cur = s
+        for t, a in zip(toks, after):
+            cur = int(g.next_state([cur], [t])[0])
+            assert cur == a != -1
+        assert cur == (path[len(spelled)] if toks else s)
+        # the tokens are the tokenizer's own: the start of its encoding of the run, as many as fit before the cut
+        try:
+            canonical = encode(data.decode("utf-8"))
+        except UnicodeDecodeError:
+            continue
+        if b"".join(tok.token_bytes[t] for t in canonical) != data or len(data) > 256:
+            continue
+        assert canonical[:len(toks)] == toks, (s, data)
+        ends = np.cumsum([len(tok.token_bytes[t]) for t in canonical])
+        assert len(toks) == min(K, int(np.searchsorted(ends, cut, side="right"))), (s, data, cut)
+    return ft
+
+
+def test_forced_tokens_sentencepiece():
+    tok = default_tokenizer()
+    total = 0
+    for _name, g in grammars(tok):
+        ft = check_forced_tokens(g, tok, lambda t: tok.encode(t, bos=False, prefix_space=False))
+        total += ft.states.numel()
+        assert ft.nbytes == 4 * (2 * ft.states.numel() + 1 + 2 * ft.tokens.numel())
+    assert total > 100                     # the test saw forced tokens (the frames of every format)
+
+
+@pytest.mark.skipif(not QWEN2.exists(), reason="../shared/qwen2/tokenizer.json not present")
+def test_forced_tokens_byte_level_bpe():
+    tok = load_tokenizer(QWEN2)
+    reg = ToolRegistry.from_json(CATALOGUE) if CATALOGUE.exists() else ToolRegistry.defaults()
+    rng = np.random.default_rng(0)
+    for fmt in ("json", "hermes"):
+        g = compile_grammar(reg, tok, format=fmt)
+        some = set(rng.choice(explicit_states(g.automaton), 60, replace=False).tolist()) | {g.start}
+        ft = check_forced_tokens(g, tok, lambda t: tok.encode(t), some)
+        assert ft.states.numel() > 50
+    # the catalogue's hermes frame is written as Qwen2 writes it
+    toks, _ = ft.of(g.start)
+    assert [tok.token_bytes[t] for t in toks][:4] == [b"<", b"tool", b"_call", b">\n"]
+
+
+def test_forced_tokens_of_combined_grammars_keep_their_states():
+    from batchmask.compiler.sets import combine
+    tok = default_tokenizer()
+    g0 = compile_grammar(ToolRegistry.defaults(), tok, format="json")
+    g1 = compile_json_schema(UNICODE_SCHEMA, tok)
+    table = combine([g0, g1])
+    joint = table.forced_tokens(tok)
+    for g, off in zip((g0, g1), table.state_offset):
+        own = g.forced_tokens(tok)
+        for s in own.states.tolist():
+            toks, after = own.of(s)
+            assert joint.of(off + s) == (toks, [a + off for a in after])
+    assert joint.states.numel() == g0.forced_tokens(tok).states.numel() + g1.forced_tokens(tok).states.numel()
