@@ -149,3 +149,76 @@ def test_forced_tokens_of_combined_grammars_keep_their_states():
             toks, after = own.of(s)
             assert joint.of(off + s) == (toks, [a + off for a in after])
     assert joint.states.numel() == g0.forced_tokens(tok).states.numel() + g1.forced_tokens(tok).states.numel()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the ragged forward pass
+
+def small_model(seed: int = 0, n_heads: int = 4, n_kv_heads: int = 2, qkv_bias: bool = True, seq_len: int = 40):
+    from batchmask.models.checkpoint import ModelConfig, random_weights
+    from batchmask.models.llama import Transformer
+    config = ModelConfig(dim=32, hidden_dim=48, n_layers=2, n_heads=n_heads, n_kv_heads=n_kv_heads, vocab_size=61,
+                         seq_len=seq_len, shared_classifier=False, qkv_bias=qkv_bias)
+    model = Transformer(config)
+    model.load_weights(random_weights(config, seed=seed, std=0.3))
+    return model.eval()
+
+
+def fed_one_by_one(model, prompt: list[int], tokens: list[int]):
+    """(logits after the last token [V], K and V cache of its positions) of a batch-1 model fed one token a step."""
+    model.setup_cache(1)
+    logits = model.prefill([0], torch.tensor([prompt]), torch.tensor([len(prompt)]))[0]
+    for t in tokens:
+        logits = model.decode(torch.tensor([t]))[0]
+    n = len(prompt) + len(tokens)
+    return logits, model.k_cache[:, 0, :, :n].clone(), model.v_cache[:, 0, :, :n].clone()
+
+
+@pytest.mark.parametrize("heads", [(4, 2), (4, 4), (2, 1)])
+def test_extend_is_decode_token_by_token(heads):
+    model = small_model(n_heads=heads[0], n_kv_heads=heads[1], qkv_bias=heads[0] != heads[1])
+    rng = np.random.default_rng(1)
+    S = model.config.seq_len
+    # rows at different positions (one at the last position), each taking its own number of new tokens
+    prompts = [rng.integers(3, 61, n).tolist() for n in (5, 11, S - 2, 1)]
+    news = [rng.integers(3, 61, n).tolist() for n in (4, 1, 2, 7)]
+    refs = [fed_one_by_one(model, p, t) for p, t in zip(prompts, news)]
+    B = len(prompts)
+    model.setup_cache(B)
+    lengths = [len(p) for p in prompts]
+    ids = torch.zeros(B, max(lengths), dtype=torch.long)
+    for b, p in enumerate(prompts):
+        ids[b, :len(p)] = torch.tensor(p)
+    model.prefill(list(range(B)), ids, torch.tensor(lengths))
+    T = max(map(len, news))
+    batch = torch.full((B, T), 7, dtype=torch.long)           # padding: any id
+    for b, t in enumerate(news):
+        batch[b, :len(t)] = torch.tensor(t)
+    n = torch.tensor([len(t) for t in news])
+    logits = model.extend(batch, n)
+    for b, (ref_logits, k, v) in enumerate(refs):
+        m = lengths[b] + len(news[b])
+        torch.testing.assert_close(logits[b], ref_logits, atol=1e-5, rtol=0)
+        torch.testing.assert_close(model.k_cache[:, b, :, :m], k, atol=1e-5, rtol=0)
+        torch.testing.assert_close(model.v_cache[:, b, :, :m], v, atol=1e-5, rtol=0)
+    assert model.pos.tolist() == [p + len(t) for p, t in zip(lengths, news)] == model.host_pos.tolist()
+    # and decoding on from there is decoding on from the token-by-token cache (row 2 is full: freed first)
+    model.reset([2])
+    nxt = torch.tensor([3, 4, 5, 6])
+    out = model.decode(nxt)
+    reference = small_model(n_heads=heads[0], n_kv_heads=heads[1], qkv_bias=heads[0] != heads[1])
+    for b in (0, 1, 3):
+        ref, _, _ = fed_one_by_one(reference, prompts[b], news[b] + [int(nxt[b])])
+        torch.testing.assert_close(out[b], ref, atol=1e-5, rtol=0)
+
+
+def test_extend_refuses_what_does_not_fit():
+    from batchmask.models.llama import ContextOverflowError
+    model = small_model(seq_len=16)
+    model.setup_cache(2)
+    model.prefill([0, 1], torch.tensor([[5] * 14, [5] * 14]), torch.tensor([14, 3]))
+    with pytest.raises(ContextOverflowError, match="row 0"):
+        model.extend(torch.ones(2, 3, dtype=torch.long), torch.tensor([3, 3]))
+    with pytest.raises(ValueError, match="lengths must be in"):
+        model.extend(torch.ones(2, 3, dtype=torch.long), torch.tensor([0, 3]))
+    assert model.host_pos.tolist() == [14, 3]                 # nothing moved
