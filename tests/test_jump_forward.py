@@ -222,3 +222,114 @@ def test_extend_refuses_what_does_not_fit():
     with pytest.raises(ValueError, match="lengths must be in"):
         model.extend(torch.ones(2, 3, dtype=torch.long), torch.tensor([0, 3]))
     assert model.host_pos.tolist() == [14, 3]                 # nothing moved
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the loop
+
+def reference_run(model, tok, registry, grammar, task, limit: int, start: int | None = None) -> list[int]:
+    """Greedy jump-forward for one task, the plain way: batch 1, one token a step through decode, the forced
+    tokens of a state (CompiledGrammar.forced_tokens) fed one by one after the sampled token."""
+    from batchmask.tools.prompt import encode_prompt
+    forced = grammar.forced_tokens(tok)
+    stops = set(getattr(tok, "stop_ids", (tok.eos_id,)))
+    prompt = encode_prompt(registry, task, tok)
+    limit = min(limit, model.config.seq_len - len(prompt))
+    model.setup_cache(1)
+    logits = model.prefill([0], torch.tensor([prompt]), torch.tensor([len(prompt)]))[0]
+    state = grammar.start if start is None else start
+    out: list[int] = []
+
+    def feed(tokens):
+        nonlocal state, logits
+        for t in tokens:
+            out.append(t)
+            state = int(grammar.next_state([state], [t])[0])
+            assert state >= 0
+            logits = model.decode(torch.tensor([t]))[0]
+
+    feed(forced.of(state)[0][:limit - 1])
+    while True:
+        legal = grammar.allowed([state])[0]
+        t = int(torch.where(legal, logits[:legal.numel()], float("-inf")).argmax())     # the first maximum
+        if t in stops or len(out) + 1 >= limit:
+            out.append(t)
+            break
+        feed([t])
+        feed(forced.of(state)[0][:limit - len(out)])
+        if len(out) >= limit:
+            break
+    return out
+
+
+def loop_fixture():
+    from test_generation import random_model, small_tokenizer
+    tok = small_tokenizer()
+    return tok, random_model(tok.vocab_size, seed=3, seq_len=512)
+
+
+@pytest.mark.parametrize("fmt", ["json", "hermes"])
+def test_jump_forward_loop_is_the_plain_reference_with_refills(fmt):
+    from batchmask.run.generation import BatchGenerator, GenerationConfig
+    tok, model = loop_fixture()
+    reg = ToolRegistry.defaults()
+    g = compile_grammar(reg, tok, format=fmt, max_string=12)
+    tasks = [f"task {i}: read notes.txt and add {i} to {2 * i}" for i in range(7)]
+    limits = [60, 7, 60, 3, 19, 60, 12]              # ceilings that cut forced text, refills mid-jump
+    config = GenerationConfig(batch_size=3, max_new_tokens=60, format=fmt, jump_forward=True)
+    got = []
+    stats = BatchGenerator(model, tok, reg, g, config).run(tasks, on_result=got.append, limits=limits)
+    for r, task, limit in zip(got, tasks, limits):
+        want = reference_run(model, tok, reg, g, task, limit)
+        assert r.token_ids == want, (r.index, tok.decode(r.token_ids), tok.decode(want))
+        assert r.tokens == len(want) and r.steps < r.tokens and r.record()["steps"] == r.steps
+        assert r.call is not None or r.cut, r.error
+    assert stats.tokens == sum(r.tokens for r in got) and stats.row_steps == sum(r.steps for r in got)
+    assert stats.tokens_per_step > 1.3
+
+
+def fn(name, props, required):
+    return {"type": "function", "function": {"name": name, "description": f"does {name}",
+                                             "parameters": {"type": "object", "properties": props,
+                                                            "required": required}}}
+
+
+TOOL_SETS = [
+    [fn("get_weather", {"city": {"type": "string", "maxLength": 5}, "unit": {"type": "string", "enum": ["c", "f"]}},
+        ["city", "unit"])],
+    [fn("add", {"a": {"type": "integer", "minimum": 0, "maximum": 99}, "b": {"type": "integer", "minimum": -5,
+                                                                              "maximum": 5}}, ["a", "b"]),
+     fn("flag", {"on": {"type": "boolean"}}, ["on"])],
+    {"tools": [{"name": "read_file", "description": "Read a file.", "args": [{"name": "path"}]},
+               {"name": "list_dir", "description": "List a directory.", "args": [{"name": "path"}, {"name": "n"}]}]},
+]
+
+
+def test_jump_forward_many_tool_sets():
+    from batchmask.compiler.sets import combine
+    from batchmask.run.generation import BatchGenerator, GenerationConfig
+    tok, model = loop_fixture()
+    regs = [ToolRegistry.from_obj(t) for t in TOOL_SETS]
+    grammars = [compile_grammar(r, tok, format="json", max_string=6) for r in regs]
+    table = combine(grammars)
+    tasks = [f"task number {i}" for i in range(8)]
+    groups = [i % 3 for i in range(8)]
+    config = GenerationConfig(batch_size=3, max_new_tokens=60, format="json", jump_forward=True)
+    got = []
+    BatchGenerator(model, tok, regs[0], table, config, registries=regs).run(tasks, on_result=got.append, groups=groups)
+    for r, task, k in zip(got, tasks, groups):
+        assert r.token_ids == reference_run(model, tok, regs[k], grammars[k], task, 60)
+        assert r.call is not None and r.steps < r.tokens
+
+
+def test_without_jump_forward_steps_are_tokens():
+    from batchmask.run.generation import BatchGenerator, GenerationConfig, GenerationError
+    tok, model = loop_fixture()
+    reg = ToolRegistry.defaults()
+    g = compile_grammar(reg, tok, format="json", max_string=12)
+    got = []
+    stats = BatchGenerator(model, tok, reg, g, GenerationConfig(batch_size=2, max_new_tokens=40, format="json")).run(
+        ["a", "b", "c"], on_result=got.append)
+    assert all(r.record()["steps"] == r.tokens for r in got) and stats.row_steps == stats.tokens
+    with pytest.raises(GenerationError, match="jump-forward needs the grammar"):
+        BatchGenerator(model, tok, reg, None, GenerationConfig(constrain=False, jump_forward=True))
