@@ -41,11 +41,7 @@ def grammars(tok):
 
 def walk_reference(aut) -> dict[int, tuple[bytes, list[int]]]:
     """Per explicit state: the bytes it is forced to write, and the states passed (a plain walk of the edges)."""
-    edges: dict[int, list[tuple[int, int]]] = {}
-    for src, byte, dst in np.asarray(aut.edges).tolist():
-        edges.setdefault(src, []).append((byte, dst))
-    explicit = set(explicit_states(aut).tolist())
-    accepting = set(np.asarray(aut.accepting).tolist())
+    edges, explicit, accepting = reference_parts(aut)
     out = {}
     for s in explicit:
         data, path, cur = bytearray(), [s], s
@@ -55,6 +51,19 @@ def walk_reference(aut) -> dict[int, tuple[bytes, list[int]]]:
             path.append(cur)
         out[s] = (bytes(data), path)
     return out
+
+
+def reference_parts(aut):
+    edges: dict[int, list[tuple[int, int]]] = {}
+    for src, byte, dst in np.asarray(aut.edges).tolist():
+        edges.setdefault(src, []).append((byte, dst))
+    return edges, set(explicit_states(aut).tolist()), set(np.asarray(aut.accepting).tolist())
+
+
+def complete_states(aut) -> set[int]:
+    """The explicit states where the call is complete and nothing may follow: only a stop id is legal."""
+    edges, explicit, accepting = reference_parts(aut)
+    return {s for s in explicit & accepting if not edges.get(s)}
 
 
 def test_forced_text_is_the_byte_walk():
@@ -79,25 +88,30 @@ def legal_lengths(g, states) -> np.ndarray:
 
 def check_forced_tokens(g, tok, encode, states=None):
     ref = walk_reference(g.automaton)
+    complete = complete_states(g.automaton)
     ft = forced_tokens(g, tok)
     K = 16
     have = set(ft.states.tolist())
-    assert have <= {s for s, (d, _) in ref.items() if d}
+    assert have <= {s for s, (d, _) in ref.items() if d} | complete
     for s, (data, path) in ref.items():
-        if not data or (states is not None and s not in states):
+        if not (data or s in complete) or (states is not None and s not in states):
             continue
         toks, after = ft.of(s)
+        # the end token closes a run spelled whole that ends where only a stop id may come
+        ends_call = bool(toks) and toks[-1] == g.eos_id
+        text_toks = toks[:-1] if ends_call else toks
         # the plain rule: the first state of the run from which a legal token is longer than the rest
-        longest = legal_lengths(g, path[:-1])
+        longest = legal_lengths(g, path[:-1]) if data else []
         cut = next((i for i in range(len(data)) if longest[i] > len(data) - i), len(data))
-        spelled = b"".join(tok.token_bytes[t] for t in toks)
+        spelled = b"".join(tok.token_bytes[t] for t in text_toks)
         assert data.startswith(spelled) and len(spelled) <= cut, (s, data, spelled, cut)
+        assert ends_call == (spelled == data and path[-1] in complete and len(text_toks) < K), (s, data, toks)
         # each token legal, the states after it as the table says (one token at a time)
         cur = s
         for t, a in zip(toks, after):
             cur = int(g.next_state([cur], [t])[0])
             assert cur == a != -1
-        assert cur == (path[len(spelled)] if toks else s)
+        assert cur == (g.done_state if ends_call else path[len(spelled)])
         # the tokens are the tokenizer's own: the start of its encoding of the run, as many as fit before the cut
         try:
             canonical = encode(data.decode("utf-8"))
@@ -105,9 +119,9 @@ def check_forced_tokens(g, tok, encode, states=None):
             continue
         if b"".join(tok.token_bytes[t] for t in canonical) != data or len(data) > 256:
             continue
-        assert canonical[:len(toks)] == toks, (s, data)
+        assert canonical[:len(text_toks)] == text_toks, (s, data)
         ends = np.cumsum([len(tok.token_bytes[t]) for t in canonical])
-        assert len(toks) == min(K, int(np.searchsorted(ends, cut, side="right"))), (s, data, cut)
+        assert len(text_toks) == min(K, int(np.searchsorted(ends, cut, side="right"))), (s, data, cut)
     return ft
 
 
@@ -240,24 +254,26 @@ def reference_run(model, tok, registry, grammar, task, limit: int, start: int | 
     state = grammar.start if start is None else start
     out: list[int] = []
 
-    def feed(tokens):
+    def feed(tokens) -> bool:
+        """Write the tokens; True once one of them ends the call."""
         nonlocal state, logits
         for t in tokens:
             out.append(t)
             state = int(grammar.next_state([state], [t])[0])
             assert state >= 0
+            if t in stops:
+                return True
             logits = model.decode(torch.tensor([t]))[0]
+        return False
 
-    feed(forced.of(state)[0][:limit - 1])
+    feed([t for t in forced.of(state)[0] if t not in stops][:limit - 1])
     while True:
         legal = grammar.allowed([state])[0]
         t = int(torch.where(legal, logits[:legal.numel()], float("-inf")).argmax())     # the first maximum
         if t in stops or len(out) + 1 >= limit:
             out.append(t)
             break
-        feed([t])
-        feed(forced.of(state)[0][:limit - len(out)])
-        if len(out) >= limit:
+        if feed([t]) or feed(forced.of(state)[0][:limit - len(out)]) or len(out) >= limit:
             break
     return out
 

@@ -202,7 +202,10 @@ class BatchGenerator:
         if self.config.record_counts:           # 0: no choice was made (the grammar's text, written at once)
             append_(self.counts, self.n_gen.clone(), torch.zeros_like(forced), n)
         append_(self.history, self.n_gen, forced, n)
-        return forced, n, finished | (live & (self.n_gen >= self.limit))
+        if forced.shape[1]:                     # a forced end token (the call is complete): the row has ended
+            last = forced.gather(1, (n - 1).clamp(min=0)[:, None])[:, 0]
+            self.ended |= live & (n > 0) & torch.isin(last, self.stop_ids)
+        return forced, n, finished | (live & (self.ended | (self.n_gen >= self.limit)))
 
     def _start_forced(self, rows: torch.Tensor, first: list[list[int]]) -> None:
         """Rows `rows` (just reset) write their start state's forced tokens `first` (already in their prefill)."""
@@ -297,10 +300,11 @@ class BatchGenerator:
                 return
             batch = prompts[next_task: next_task + len(take)]
             first = [[] for _ in take]          # jump-forward: the start state's forced tokens join the prefill
+            stops = set(self.stop_ids.tolist())
             if self.jump is not None:
                 for j in range(len(take)):
                     p, room = batch[j], min(int(limits[next_task + j]), self.seq_len - len(batch[j]))
-                    first[j] = self.jump.start_tokens(int(self.starts[groups[next_task + j]]))[:room - 1]
+                    first[j] = self.jump.start_tokens(int(self.starts[groups[next_task + j]]), stops)[:room - 1]
                     batch[j] = p + first[j]
             T = max(len(p) for p in batch)
             ids = torch.zeros(len(take), T, dtype=torch.long)

@@ -37,9 +37,11 @@ class JumpForward:
         self.width = self.host.max_tokens          # K: the most tokens one state forces
         self.nbytes = self.host.nbytes
 
-    def start_tokens(self, state: int) -> list[int]:
-        """The tokens a row starting in `state` is forced to write first (host-side: they join its prefill)."""
-        return self.host.of(state)[0]
+    def start_tokens(self, state: int, stop_ids=()) -> list[int]:
+        """The tokens a row starting in `state` is forced to write first (host-side: they join its prefill); an end
+        token (a grammar of one fixed text) is left to the first step, which writes it."""
+        tokens = self.host.of(state)[0]
+        return tokens[:-1] if tokens and tokens[-1] in stop_ids else tokens
 
     def lookup(self, states: torch.Tensor, room: torch.Tensor):
         """Each row's forced tokens after `states` (int [B]), at most room[b] of them:

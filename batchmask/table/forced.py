@@ -43,6 +43,7 @@ class ForcedText:
     byte: np.ndarray         # int64 [E]: the one byte a forced state allows (-1 where not forced)
     succ: np.ndarray         # int64 [E]: compact index of the state after it (-1: not forced, or not explicit)
     length: np.ndarray       # int64 [E]: bytes in f(s) (0 where not forced)
+    terminal: np.ndarray = None   # bool [E]: accepting, no edges (only a stop id may come)
 
     def index(self, states) -> np.ndarray:
         """int64: the compact index of each state (-1 where it is not explicit)."""
@@ -98,7 +99,7 @@ def forced_text(aut: Automaton) -> ForcedText:
     dst = np.full(E, -1, dtype=np.int64)
     one = forced[pos]
     byte[pos[one]], dst[pos[one]] = e[one, 1], e[one, 2]
-    text = ForcedText(states, byte, dst, np.zeros(E, dtype=np.int64))
+    text = ForcedText(states, byte, dst, np.zeros(E, dtype=np.int64), accepting & (degree == 0))
     text.succ = np.where(dst >= 0, text.index(dst), -1)
     text.length = _chain_lengths(forced, text.succ)
     return text
@@ -188,16 +189,52 @@ def _longest_extension(grammar, states: np.ndarray) -> np.ndarray:
 
 def forced_tokens(grammar, tokenizer, max_tokens: int = MAX_TOKENS) -> ForcedTokens:
     """The forced tokens of every forced state of `grammar` (a CompiledGrammar with its automaton), encoded by
-    `tokenizer` (the vocabulary the grammar was compiled for). See the module docstring for the cuts."""
+    `tokenizer` (the vocabulary the grammar was compiled for). See the module docstring for the cuts.
+
+    A run that ends where the call is complete and nothing may follow (an accepting state without edges: only the
+    stop ids are legal) ends with the end token, `eos_id`, as does such a state itself: which stop id ends a call
+    does not change its text, so a finished call costs no step to say so."""
     if not 1 <= int(max_tokens) <= 255:
         raise ValueError(f"max_tokens must be in [1, 255], got {max_tokens!r}")
+    K = int(max_tokens)
     text = forced_text(grammar.automaton)
+    states, toks, count, spelled, length = _text_tokens(grammar, tokenizer, text, K)
+    # the states where only a stop id may come: their own row (nothing spelled), after the rows of text
+    end_states = text.states[text.terminal]
+    states = np.concatenate([states, end_states])
+    toks = np.concatenate([toks, np.zeros((len(end_states), K), dtype=np.int64)])
+    count, spelled, length = (np.concatenate([x, np.zeros(len(end_states), dtype=np.int64)])
+                              for x in (count, spelled, length))
+    if not len(states):
+        return ForcedTokens(*(torch.zeros(n, dtype=torch.int32) for n in (0, 1, 0, 0)))
+    order = np.argsort(states, kind="stable")
+    states, toks, count, spelled, length = states[order], toks[order], count[order], spelled[order], length[order]
+    n, after, last = _walk(grammar, states, toks, count)
+    # a run spelled whole, ending where only a stop id may come: the end token after it
+    whole = (n.numpy() == count) & (spelled == length) & (count < K)
+    ends = last.numpy()
+    stop = whole & np.isin(ends, text.states[text.terminal])
+    if stop.any():
+        eos = torch.full((int(stop.sum()),), int(grammar.eos_id), dtype=torch.int64)
+        nxt = grammar.next_state(torch.from_numpy(ends[stop]).to(grammar.device), eos.to(grammar.device)).cpu()
+        rows = np.flatnonzero(stop)[nxt.numpy() >= 0]
+        toks[rows, count[rows]] = int(grammar.eos_id)
+        r, c = torch.from_numpy(rows), torch.from_numpy(count[rows])
+        after[r, c] = nxt[nxt >= 0]
+        n[r] += 1
+    has = n > 0
+    mask = torch.arange(K)[None, :] < n[:, None]                              # [F, K]
+    offsets = torch.zeros(int(has.sum()) + 1, dtype=torch.int32)
+    offsets[1:] = torch.cumsum(n[has], 0)
+    return ForcedTokens(torch.from_numpy(states)[has].to(torch.int32), offsets,
+                        torch.from_numpy(toks)[mask].to(torch.int32), after[mask].to(torch.int32))
+
+
+def _text_tokens(grammar, tokenizer, text: ForcedText, K: int):
+    """Per forced state with tokens to force: (states [F], tokens [F, K], counts [F], bytes they spell [F], bytes
+    of the whole run [F]), the tokenizer's encoding of each run cut as the module docstring says."""
     idx = np.flatnonzero(text.length > 0)
-    empty = ForcedTokens(*(torch.zeros(n, dtype=torch.int32) for n in (0, 1, 0, 0)))
-    if not len(idx):
-        return empty
-    states = text.states[idx]
-    length = text.length[idx]
+    states, length = text.states[idx], text.length[idx]
     # the extension cut: from each state of a run, is a legal token longer than the rest of the run?
     ext = np.zeros(len(text.states), dtype=bool)
     ext[idx] = _longest_extension(grammar, states) > length
@@ -206,55 +243,49 @@ def forced_tokens(grammar, tokenizer, max_tokens: int = MAX_TOKENS) -> ForcedTok
     idx, states, length, safe = idx[go], states[go], length[go], safe[go]
     width = int(min(length.max(initial=0), MAX_BYTES))
     raw = text.run_bytes(idx, width)                                          # [F, width]
-    texts, limits, keep = [], [], []
+    texts, limits = [], []
     for i in range(len(idx)):                      # one string per forced state: the tokenizer's API is per text
         data = raw[i, :min(int(length[i]), width)].tobytes()
         try:
             s = data.decode("utf-8")
         except UnicodeDecodeError as e:            # a run that starts or is cut inside a character
-            data = data[:e.start]
-            s = data.decode("utf-8")
-        if not data:
-            continue
-        cut = len(data) < int(length[i])           # the run goes on: its encoding's last token may not be canonical
-        limit = int(safe[i]) if int(safe[i]) < len(data) else len(data) - int(cut)
+            s = data[:e.start].decode("utf-8")
+        size = len(s.encode("utf-8"))
+        cut = size < int(length[i])                # the run goes on: the encoding's last token may not be canonical
         texts.append(s)
-        limits.append(limit)
-        keep.append(i)
-    encode = _encoder(tokenizer)
-    unique = list(dict.fromkeys(texts))
-    encoded = dict(zip(unique, encode(unique)))
+        limits.append(int(safe[i]) if int(safe[i]) < size else size - int(cut))
+    unique = list(dict.fromkeys(t for t in texts if t))
+    encoded = dict(zip(unique, _encoder(tokenizer)(unique)))
     token_bytes = grammar.token_bytes
-    F, K = len(keep), int(max_tokens)
+    F = len(idx)
     toks = np.zeros((F, K), dtype=np.int64)
-    count = np.zeros(F, dtype=np.int64)
+    count, spelled = np.zeros(F, dtype=np.int64), np.zeros(F, dtype=np.int64)
     for row, (s, limit) in enumerate(zip(texts, limits)):
-        ids = encoded[s]
+        ids = encoded.get(s, [])
         pieces = [token_bytes[t] if 0 <= t < len(token_bytes) else b"" for t in ids]
-        if b"".join(pieces) != s.encode("utf-8") or any(not p for p in pieces):
+        if not ids or b"".join(pieces) != s.encode("utf-8") or any(not p for p in pieces):
             continue                               # not a plain spelling of the text: force nothing here
         ends = np.cumsum([len(p) for p in pieces])
-        n = min(int(np.searchsorted(ends, limit, side="right")), K)
-        toks[row, :n], count[row] = ids[:n], n
-    # walk the tokens through the table: each legal, and the state after each (vectorised over the states)
-    at = torch.from_numpy(states[np.asarray(keep, dtype=np.int64)]).to(grammar.device)
-    cur = at.clone()
-    after = torch.full((F, K), -1, dtype=torch.int64, device=grammar.device)
-    n_ok = torch.from_numpy(count).to(grammar.device)
+        k = min(int(np.searchsorted(ends, limit, side="right")), K)
+        toks[row, :k], count[row] = ids[:k], k
+        spelled[row] = ends[k - 1] if k else 0
+    return states, toks, count, spelled, length
+
+
+def _walk(grammar, states: np.ndarray, toks: np.ndarray, count: np.ndarray):
+    """Walk each row's first count tokens through the table from its state (vectorised over the rows): (how many
+    are legal in a row [F], the state after each [F, K], the state after the last legal one [F]), on the CPU."""
+    F, K = toks.shape
+    dev = grammar.device
+    cur = torch.from_numpy(states).to(dev)
+    after = torch.full((F, K), -1, dtype=torch.int64, device=dev)
+    n = torch.from_numpy(count).to(dev)
     for j in range(K):
-        live = n_ok > j
-        nxt = grammar.next_state(cur, torch.from_numpy(toks[:, j]).to(grammar.device))
+        live = n > j
+        nxt = grammar.next_state(cur, torch.from_numpy(toks[:, j]).to(dev))
         bad = live & (nxt < 0)
-        n_ok = torch.where(bad, torch.full_like(n_ok, j), n_ok)
+        n = torch.where(bad, torch.full_like(n, j), n)
         live &= ~bad
         after[:, j] = torch.where(live, nxt, -1)
         cur = torch.where(live, nxt, cur)
-    n_ok = n_ok.cpu()
-    has = n_ok > 0
-    if not bool(has.any()):
-        return empty
-    mask = torch.arange(K)[None, :] < n_ok[:, None]                           # [F, K]
-    offsets = torch.zeros(int(has.sum()) + 1, dtype=torch.int32)
-    offsets[1:] = torch.cumsum(n_ok[has], 0)
-    return ForcedTokens(at.cpu()[has].to(torch.int32), offsets, torch.from_numpy(toks)[mask].to(torch.int32),
-                        after.cpu()[mask].to(torch.int32))
+    return n.cpu(), after.cpu(), cur.cpu()
