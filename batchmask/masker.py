@@ -181,6 +181,11 @@ class BatchMasker:
         self.legal_counts = counts
         return tokens
 
+    def skip(self, tokens: torch.Tensor, counts: torch.Tensor, states: torch.Tensor) -> None:
+        """Jump-forward (batchmask/run/jump.py): row r appends its first counts[r] of tokens [B, K], which the caller
+        walked through the grammar beforehand, and moves to states[r] (rows with counts 0 stay). No host sync."""
+        mask_torch.skip_(self.rows, tokens, counts, states)
+
     def _advance_quietly(self, tokens: torch.Tensor) -> None:
         self.advance(tokens, check=False)
 

@@ -62,6 +62,26 @@ def advance_(tokens: torch.Tensor, rows: Rows, t: Tables) -> None:
     rows.state.copy_(torch.where(ok, nxt, state))
 
 
+def write_ragged_(buf: torch.Tensor, start: torch.Tensor, values: torch.Tensor, counts: torch.Tensor) -> None:
+    """In place: buf[r, start[r] + j] = values[r, j] for j < counts[r] (buf [B, H], values [B, K], K <= H; the
+    caller keeps start + counts <= H). The other entries of the [B, K] write rewrite what they meet: wrapped into
+    the row, K columns of a row never meet, so they never land on a written one."""
+    K, H = values.shape[1], buf.shape[1]
+    j = torch.arange(K, device=buf.device)
+    col = torch.remainder(start.long()[:, None] + j, H)  # [B, K]
+    keep = j[None, :] < counts.long()[:, None]
+    buf.scatter_(1, col, torch.where(keep, values.to(buf.dtype), buf.gather(1, col)))
+
+
+def skip_(rows: Rows, tokens: torch.Tensor, counts: torch.Tensor, states: torch.Tensor) -> None:
+    """Jump-forward: row r takes its first counts[r] tokens of tokens [B, K] (walked through the grammar
+    beforehand: no check) and is then in states[r] (where counts[r] > 0)."""
+    room = (rows.history.shape[1] - rows.step.long()).clamp(min=0)
+    write_ragged_(rows.history, rows.step, tokens, torch.minimum(counts.long(), room))
+    rows.step.add_(counts.to(rows.step.dtype))
+    rows.state.copy_(torch.where(counts > 0, states.to(rows.state.dtype), rows.state))
+
+
 # ----------------------------------------------------------------------------------------------------------
 # choosing
 

@@ -1,6 +1,6 @@
 """
 The Transformer's layers: RMSNorm, grouped-query attention with RoPE (whole sequences, and one cached
-token per row), the SwiGLU feed-forward, and the block that chains them (pre-norm, residuals).
+token per row, or a ragged few per row), the SwiGLU feed-forward, and the block that chains them (pre-norm, residuals).
 
 Shapes: B rows, T positions, H query heads, KV key/value heads (H % KV == 0), hd head size.
 """
@@ -84,6 +84,31 @@ class Attention(nn.Module):
         return self.wo(out.reshape(B, H * hd).to(x.dtype))  # [B, dim]
 
 
+    def extend(self, x, cos, sin, k_cache, v_cache, slots, at, keep, mask):
+        """T new tokens per row (a ragged batch padded to T), each row's at its own positions.
+
+        x [B, T, dim]; cos/sin [B, T, hd]; slots [B]; at [B, T] the cache position each entry writes; keep [B, T]
+        the real entries (padding rewrites what its position holds, so it must not share a position with a real
+        entry of its row); mask [B, 1, T, W] additive over the first W cache positions, causal by position.
+        Returns out [B, T, dim]. Real entries give what decode gives fed one at a time (the same cache writes).
+        """
+        B, T = x.shape[:2]
+        H, KV, hd = self.n_heads, self.n_kv_heads, self.head_dim
+        group = H // KV
+        q, k, v = self._qkv(x, cos[:, :, None, :], sin[:, :, None, :])  # [B, T, H|KV, hd]
+        rows = slots[:, None].expand(B, T)
+        for cache, new in ((k_cache, k), (v_cache, v)):
+            old = cache[rows, :, at]  # [B, T, KV, hd]
+            cache[rows, :, at] = torch.where(keep[:, :, None, None], new.to(cache.dtype), old)
+        W = mask.shape[-1]
+        # as decode: the `group` query heads of a kv head, and now the T positions too, are queries against its keys
+        q = q.reshape(B, T, KV, group, hd).permute(0, 2, 3, 1, 4).reshape(B, KV, group * T, hd).to(k_cache.dtype)
+        m = mask[:, :, None].expand(B, 1, group, T, W).reshape(B, 1, group * T, W).to(k_cache.dtype)
+        out = F.scaled_dot_product_attention(q, k_cache[:, :, :W], v_cache[:, :, :W], attn_mask=m)
+        out = out.reshape(B, KV, group, T, hd).permute(0, 3, 1, 2, 4).reshape(B, T, H * hd)
+        return self.wo(out.to(x.dtype))  # [B, T, dim]
+
+
 class FeedForward(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -113,4 +138,9 @@ class TransformerBlock(nn.Module):
     def decode(self, x, cos, sin, k_cache, v_cache, slots, pos, mask):
         """x [B, dim] -> [B, dim]."""
         x = x + self.attention.decode(self.attention_norm(x), cos, sin, k_cache, v_cache, slots, pos, mask)
+        return x + self.feed_forward(self.ffn_norm(x))
+
+    def extend(self, x, cos, sin, k_cache, v_cache, slots, at, keep, mask):
+        """x [B, T, dim] -> [B, T, dim] (Attention.extend)."""
+        x = x + self.attention.extend(self.attention_norm(x), cos, sin, k_cache, v_cache, slots, at, keep, mask)
         return x + self.feed_forward(self.ffn_norm(x))

@@ -30,8 +30,9 @@ before allocating, a cache the device cannot hold: models/memory.py):
     k_cache, v_cache  [n_layers, B, n_kv_heads, seq_len, head_dim]
     pos               [B] int64: next position of each row (= tokens already in its cache)
     active            [B] int64: 1 for rows holding a sequence; only active rows advance
-Row b of the batch is "cache slot" b: `prefill` fills slots, `decode` advances all of them,
-`reset` frees slots for reuse (continuous batching).
+Row b of the batch is "cache slot" b: `prefill` fills slots, `decode` advances all of them by one token,
+`extend` by a few tokens each (jump-forward: a ragged [B, T] batch in one pass), `reset` frees slots for reuse
+(continuous batching).
 
 Context overflow: prompts longer than seq_len and decoding an active row at position seq_len raise
 ContextOverflowError. The decode check reads a host-side copy of the positions (`host_pos`, kept in step by
@@ -53,6 +54,7 @@ from .config import ModelConfig, weight_shapes
 from .graphs import CudaGraphDecode
 from .layers import Attention, FeedForward, RMSNorm, TransformerBlock, rms_norm  # noqa: F401 (re-exported)
 from .memory import OutOfMemoryError, available_bytes, check_fits, kv_cache_bytes  # noqa: F401
+from .ragged import RaggedDecode
 from .rope import apply_rope, rope_multipliers  # noqa: F401 (re-exported)
 
 # the per-layer entries of the checkpoint weight naming (models/config.py weight_shapes)
@@ -67,7 +69,7 @@ class ContextOverflowError(ValueError):
         super().__init__(f"row {row}: {what} needs {length} positions but the model's context is seq_len={seq_len}")
 
 
-class Transformer(CudaGraphDecode, nn.Module):
+class Transformer(CudaGraphDecode, RaggedDecode, nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = config.validate()
@@ -277,12 +279,15 @@ class Transformer(CudaGraphDecode, nn.Module):
         self.host_pos[rows_host] = 0
         self.host_active[rows_host] = False
 
-    def _check_room(self) -> None:
-        """Raise ContextOverflowError if an active row has no cache position left (host data only)."""
-        full = np.flatnonzero(self.host_active & (self.host_pos >= self.config.seq_len))
+    def _check_room(self, n=1) -> None:
+        """Raise ContextOverflowError if an active row has no room for n more tokens (an int, or one per row;
+        host data only)."""
+        n = np.broadcast_to(np.asarray(n, dtype=np.int64), self.host_pos.shape)
+        full = np.flatnonzero(self.host_active & (self.host_pos + n > self.config.seq_len))
         if full.size:
             row = int(full[0])
-            raise ContextOverflowError(row, int(self.host_pos[row]) + 1, self.config.seq_len, "decoding one more token")
+            what = "decoding one more token" if n[row] == 1 else f"decoding {int(n[row])} more tokens"
+            raise ContextOverflowError(row, int(self.host_pos[row] + n[row]), self.config.seq_len, what)
 
     def _decode_step(self, tokens: torch.Tensor, window: int) -> torch.Tensor:
         """The device work of one decode step; static shapes, no host sync.

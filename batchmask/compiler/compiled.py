@@ -31,6 +31,7 @@ from ..automaton.form import Automaton
 from ..automaton.tree import build_node_automaton
 from ..grammar.nodes import Alt, Lit, Segment, Seq, Str, tool_path
 from ..table.build import build_tables, far_mask
+from ..table.forced import MAX_TOKENS, ForcedTokens, forced_tokens
 from ..table.next_codes import decode_next
 from ..table.tokensim import prepare_vocab, stop_ids_of, vocab_hash_of
 from . import cache as cache
@@ -303,6 +304,19 @@ class CompiledGrammar:
         if state == self.done_state:
             return ["done"]
         return self.automaton.describe(state)
+
+    def forced_tokens(self, tokenizer, max_tokens: int = MAX_TOKENS) -> ForcedTokens:
+        """The tokens jump-forward appends after each forced state, as `tokenizer` writes the forced text
+        (batchmask/table/forced.py), on the CPU. Worked out on first use (tens of ms for a catalogue) and kept:
+        derived data, not in the cache file."""
+        key = (vocab_hash_of(tokenizer), int(max_tokens))
+        memo = self.__dict__.setdefault("_forced", {})
+        if key not in memo:
+            memo[key] = self._forced_tokens(tokenizer, int(max_tokens))
+        return memo[key]
+
+    def _forced_tokens(self, tokenizer, max_tokens: int) -> ForcedTokens:
+        return forced_tokens(self, tokenizer, max_tokens)
 
     # --- cache -------------------------------------------------------------------------------
     def save(self, path) -> None:

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 import torch
 
 from ..table.classes import classes_of, first_of_each, in_first_use_order
+from ..table.forced import ForcedTokens, concat
 from .compiled import CompiledGrammar, table_dtype
 
 __all__ = ["GrammarSet", "GrammarSetError", "combine", "starts_of"]
@@ -226,6 +227,11 @@ class GrammarSet(CompiledGrammar):
     def describe(self, state: int) -> list:
         g, s = self._local(state)
         return ["done"] if g is None else g.describe(s)
+
+    def _forced_tokens(self, tokenizer, max_tokens: int) -> ForcedTokens:
+        """Each grammar's forced tokens, its states moved to where they sit here (its done state never follows a
+        forced token: stop ids are never forced)."""
+        return concat([g.forced_tokens(tokenizer, max_tokens) for g in self.grammars], self.state_offset)
 
     def to(self, device) -> GrammarSet:
         return GrammarSet([g.to(device) for g in self.grammars])

@@ -44,6 +44,8 @@ def cmd_generate(args) -> int:
     out_path = Path(args.out) if args.out and args.out != "-" else None
     if args.resume and out_path is None:
         raise ValueError("--resume needs --out FILE")
+    if args.jump_forward and args.no_constrain:
+        raise ValueError("--jump-forward writes the text the grammar forces: the free arm (--no-constrain) has none")
     if out_path is not None:
         check_not_an_input(out_path, args)
     taskfile = read_tasks(args.tasks, args.tasks_format)
@@ -118,7 +120,7 @@ def _generate(args, dist, taskfile, output) -> int:
     config = GenerationConfig(batch_size=batch, max_new_tokens=max([max_new, *limits]),
                               temperature=args.temperature, top_p=args.top_p, seed=args.seed,
                               constrain=not args.no_constrain, record_counts=args.show, format=args.format,
-                              system=args.system)
+                              system=args.system, jump_forward=bool(args.jump_forward))
 
     def generator(w):
         return BatchGenerator(model, tokenizer, registry, wave_table(w, args, plan, todo, tokenizer, device), config,
@@ -323,6 +325,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="0 is greedy (default)")
     g.add_argument("--top-p", type=float_arg(0.0, 1.0, lo_open=True), default=1.0)
     g.add_argument("--no-constrain", action="store_true", help="the free arm: no grammar mask")
+    # default None, not False: a run without the flag keeps the fingerprint runs had before it existed
+    g.add_argument("--jump-forward", action="store_true", default=None,
+                   help="write the text the grammar forces (a call's frame, the rest of a unique name, required "
+                        "keys) at once, several tokens a row in one forward pass (batchmask/run/jump.py)")
     _format_arg(g)
     _system_arg(g)
     g.add_argument("--bytes", action="store_true", help="the seed's byte rule instead of whole UTF-8 characters")

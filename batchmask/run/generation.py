@@ -11,6 +11,12 @@ batch back. Results are handed out in input order as soon as every earlier task 
 
 The only host work per step is reading one bool per row (which slots finished) to schedule
 refills; the masking, sampling and grammar bookkeeping stay on the device.
+
+With jump_forward (run/jump.py) a row's forced text after its sampled token is appended at once, as the
+tokenizer's canonical encoding of that text, and the next pass takes each row's new tokens together
+(model.extend: a ragged [B, 1 + K] batch); the per-row counts come back with the finished bools, in the same
+host read. A record's `tokens` counts every token it wrote, `steps` the forward passes that chose one (its
+sampled tokens: the prefill's and each later pass's); without jump_forward the two are equal.
 """
 from __future__ import annotations
 
@@ -43,6 +49,7 @@ class GenerationConfig:
     record_counts: bool = False      # keep each token's legal count (for --show)
     format: str = "seed"             # the call format results are parsed in (batchmask.tools.envelope)
     system: str | None = None        # a system message before each task (chat templates only)
+    jump_forward: bool = False       # forced text appended without a model step per token (run/jump.py)
 
 
 @dataclass
@@ -58,17 +65,20 @@ class Result:
     legal_counts: list[int] | None = None
     token_ids: list[int] | None = None
     raw: bytes = b""                 # the exact bytes written (text is their UTF-8 decoding)
+    steps: int | None = None         # forward passes that chose a token (None: one per token)
 
     def record(self) -> dict:
         return {"index": self.index, "task": self.task, "text": self.text, "call": self.call, "error": self.error,
-                "tokens": self.tokens, "cut": self.cut, "seconds": round(self.seconds, 4)}
+                "tokens": self.tokens, "steps": self.tokens if self.steps is None else self.steps, "cut": self.cut,
+                "seconds": round(self.seconds, 4)}
 
 
 @dataclass
 class RunStats:
     tasks: int = 0
-    tokens: int = 0                  # sampled tokens that belong to a task (EOS included)
+    tokens: int = 0                  # tokens that belong to a task (EOS included; forced ones too)
     steps: int = 0                   # decode steps of the whole batch
+    row_steps: int = 0               # forward passes the tasks' rows took part in (= tokens without jump-forward)
     seconds: float = 0.0
     prefill_tokens: int = 0
     extra: dict = field(default_factory=dict)
@@ -76,6 +86,11 @@ class RunStats:
     @property
     def tokens_per_s(self) -> float:
         return self.tokens / self.seconds if self.seconds else 0.0
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Tokens a row wrote per forward pass it took part in (1.0 without jump-forward)."""
+        return self.tokens / self.row_steps if self.row_steps else 0.0
 
 
 def encode_prompts(tasks: list, tokenizer, registry: ToolRegistry, seq_len: int,
@@ -116,6 +131,9 @@ class BatchGenerator:
             raise GenerationError(f"max new tokens must be >= 1, got {c.max_new_tokens}")
         if c.constrain and grammar is None:
             raise GenerationError("constrained generation needs a compiled grammar")
+        if c.jump_forward and not c.constrain:
+            raise GenerationError("jump-forward needs the grammar (it writes the text the grammar forces); "
+                                  "drop --no-constrain or --jump-forward")
         self.device = next(model.parameters()).device
         self.grammar = grammar if c.constrain else None
         self.eos_id = int(tokenizer.eos_id)
@@ -131,6 +149,7 @@ class BatchGenerator:
         self.history = torch.zeros(B, H + 1, dtype=torch.long, device=dev)     # [B, H+1] generated ids
         self.counts = torch.zeros(B, H + 1, dtype=torch.int32, device=dev)     # [B, H+1] legal count per token
         self.n_gen = torch.zeros(B, dtype=torch.long, device=dev)              # [B] tokens generated so far
+        self.n_steps = torch.zeros(B, dtype=torch.long, device=dev)            # [B] of them sampled
         self.limit = torch.zeros(B, dtype=torch.long, device=dev)              # [B] per-row token ceiling
         self.seeds = torch.zeros(B, dtype=torch.long, device=dev)              # [B] per-task seed
         self.ended = torch.zeros(B, dtype=torch.bool, device=dev)              # [B] EOS seen
@@ -145,6 +164,10 @@ class BatchGenerator:
         self.starts = torch.tensor(starts, dtype=torch.int64, device=dev)      # [G] start state per tool set
         self.one_start = len(set(starts)) == 1                                  # every row starts alike
         self.stop_ids = torch.tensor(stops, dtype=torch.long, device=dev)      # [S] any of them ends a row
+        self.jump = None
+        if c.jump_forward:
+            from .jump import JumpForward
+            self.jump = JumpForward(self.grammar, tokenizer, dev)
 
     # --- one step --------------------------------------------------------------------------------
     def _sample(self) -> torch.Tensor:
@@ -164,8 +187,50 @@ class BatchGenerator:
         """Write each active row's token into its history; return bool [B] rows that just finished."""
         self.history[self.rows, self.n_gen.clamp(max=self.config.max_new_tokens)] = tokens
         self.n_gen += active.long()
+        self.n_steps += active.long()
         self.ended |= active & torch.isin(tokens, self.stop_ids)
         return active & (self.ended | (self.n_gen >= self.limit))
+
+    def _jump(self, finished: torch.Tensor):
+        """Append each live row's forced tokens (history, masker); return (tokens [B, K], counts [B], finished [B]:
+        rows whose forced tokens reached their ceiling join the finished ones)."""
+        from .jump import append_
+        live = self.active & ~finished
+        room = torch.where(live, self.limit - self.n_gen, 0)
+        forced, n, after = self.jump.lookup(self.masker.states, room)
+        self.masker.skip(forced, n, after)
+        if self.config.record_counts:           # 0: no choice was made (the grammar's text, written at once)
+            append_(self.counts, self.n_gen.clone(), torch.zeros_like(forced), n)
+        append_(self.history, self.n_gen, forced, n)
+        if forced.shape[1]:                     # a forced end token (the call is complete): the row has ended
+            last = forced.gather(1, (n - 1).clamp(min=0)[:, None])[:, 0]
+            self.ended |= live & (n > 0) & torch.isin(last, self.stop_ids)
+        return forced, n, finished | (live & (self.ended | (self.n_gen >= self.limit)))
+
+    def _start_forced(self, rows: torch.Tensor, first: list[list[int]]) -> None:
+        """Rows `rows` (just reset) write their start state's forced tokens `first` (already in their prefill)."""
+        B, K = self.config.batch_size, max(map(len, first))
+        forced = torch.zeros(B, K, dtype=torch.long, device=self.device)
+        n = torch.zeros(B, dtype=torch.long, device=self.device)
+        after = self.masker.states.clone()
+        for r, f in zip(rows.tolist(), first):
+            if f:
+                forced[r, :len(f)] = torch.tensor(f)
+                n[r] = len(f)
+                after[r] = self.jump.host.of(int(after[r]))[1][len(f) - 1]
+        from .jump import append_
+        self.masker.skip(forced, n, after)
+        if self.config.record_counts:
+            append_(self.counts, self.n_gen.clone(), torch.zeros_like(forced), n)
+        append_(self.history, self.n_gen, forced, n)
+
+    def _forward(self, tokens, forced=None, n=None, n_host=None) -> torch.Tensor:
+        """The next logits [B, V]: one token per row, or (jump-forward) each row's token and its forced ones."""
+        width = max(n_host) if n_host is not None else 0
+        if width == 0:
+            return self.model.decode(tokens)
+        batch = torch.cat([tokens[:, None], forced[:, :width]], 1)          # [B, 1 + width]
+        return self.model.extend(batch, 1 + n, host_lengths=[1 + k for k in n_host])
 
     # --- results ---------------------------------------------------------------------------------
     def _result(self, slot: int, index: int, task, started: float, registry: ToolRegistry | None = None) -> Result:
@@ -187,7 +252,7 @@ class BatchGenerator:
             parse_call(text, registry, format=self.config.format)
         counts = self.counts[slot, :n].tolist() if self.config.record_counts else None
         return Result(index, task_text(task), text, call, error, n, cut, time.perf_counter() - started, counts, ids,
-                      data)
+                      data, steps=int(self.n_steps[slot]))
 
     # --- the loop --------------------------------------------------------------------------------
     def run(self, tasks: list[str], indices: list[int] | None = None,
@@ -234,6 +299,13 @@ class BatchGenerator:
             if not take:
                 return
             batch = prompts[next_task: next_task + len(take)]
+            first = [[] for _ in take]          # jump-forward: the start state's forced tokens join the prefill
+            stops = set(self.stop_ids.tolist())
+            if self.jump is not None:
+                for j in range(len(take)):
+                    p, room = batch[j], min(int(limits[next_task + j]), self.seq_len - len(batch[j]))
+                    first[j] = self.jump.start_tokens(int(self.starts[groups[next_task + j]]), stops)[:room - 1]
+                    batch[j] = p + first[j]
             T = max(len(p) for p in batch)
             ids = torch.zeros(len(take), T, dtype=torch.long)
             for j, p in enumerate(batch):
@@ -242,10 +314,11 @@ class BatchGenerator:
             rows = torch.tensor(take, device=self.device)
             self.model.reset(rows)
             self.logits[rows] = self.model.prefill(rows, ids.to(self.device), lengths.to(self.device))
-            room = torch.tensor([min(int(limits[next_task + j]), self.seq_len - len(p)) for j, p in enumerate(batch)],
-                                device=self.device)
+            room = torch.tensor([min(int(limits[next_task + j]), self.seq_len - len(p) + len(f))
+                                 for j, (p, f) in enumerate(zip(batch, first))], device=self.device)
             self.limit[rows] = room
             self.n_gen[rows] = 0
+            self.n_steps[rows] = 0
             self.ended[rows] = False
             self.active[rows] = True
             self.seeds[rows] = torch.tensor([task_seed(c.seed, indices[next_task + j]) for j in range(len(take))],
@@ -254,10 +327,13 @@ class BatchGenerator:
                 starts = None if self.one_start else \
                     self.starts[torch.tensor(groups[next_task: next_task + len(take)], device=self.device)]
                 self.masker.reset(rows, keys=self.seeds[rows], starts=starts)   # draws keyed by task, not by slot
+            if any(first):
+                self._start_forced(rows, first)
             for j, slot in enumerate(take):
                 slot_task[slot] = next_task + j
                 slot_start[slot] = time.perf_counter()
-            stats.prefill_tokens += int(lengths.sum())
+            stats.prefill_tokens += int(lengths.sum()) - sum(map(len, first))
+            stats.tokens += sum(map(len, first))
             next_task += len(take)
 
         refill(list(range(B)))
@@ -265,8 +341,15 @@ class BatchGenerator:
             tokens = self._sample()
             finished = self._record(tokens, self.active)
             stats.steps += 1
+            stats.row_steps += sum(t >= 0 for t in slot_task)
             stats.tokens += sum(t >= 0 for t in slot_task)
-            done_slots = torch.nonzero(finished).flatten().tolist()     # the one host sync per step
+            if self.jump is None:
+                done_slots = torch.nonzero(finished).flatten().tolist()     # the one host sync per step
+            else:
+                forced, n, finished = self._jump(finished)
+                flags = torch.cat([finished.long(), n]).tolist()           # the one host sync per step
+                done_slots, n_host = [s for s in range(B) if flags[s]], flags[B:]
+                stats.tokens += sum(n_host)
             for slot in done_slots:
                 pos = slot_task[slot]
                 emit(self._result(slot, indices[pos], tasks[pos], slot_start[slot], self.registries[groups[pos]]),
@@ -279,7 +362,7 @@ class BatchGenerator:
                 if on_progress:
                     on_progress(stats.tasks, stats.tokens)
             if any(t >= 0 for t in slot_task):
-                self.logits = self.model.decode(tokens)
+                self.logits = self._forward(tokens) if self.jump is None else self._forward(tokens, forced, n, n_host)
             if next_task < len(tasks):
                 free = [s for s in range(B) if slot_task[s] < 0]
                 if free and (c.continuous or len(free) == B):
