@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+from data_paths import data_dir
 
 # Llama 3.1 style: BOS as text, a dated system header (strftime_now), tools as indented JSON in the first user
 # turn, namespace / loop controls, raise_exception on a role it does not know.
@@ -71,8 +71,8 @@ HERMES_STYLE = """{%- if tools %}
 def tokenizer_dir(path: Path, vocab: str, template: str | None, **config) -> Path:
     """`path` holding a copy of the shared `vocab` tokenizer.json and a tokenizer_config.json with `template`."""
     path.mkdir(parents=True, exist_ok=True)
-    shutil.copy(SHARED / vocab / "tokenizer.json", path / "tokenizer.json")
-    cfg = json.loads((SHARED / vocab / "tokenizer_config.json").read_text())
+    shutil.copy(data_dir(vocab) / "tokenizer.json", path / "tokenizer.json")
+    cfg = json.loads((data_dir(vocab) / "tokenizer_config.json").read_text())
     cfg.pop("chat_template", None)
     if template is not None:
         cfg["chat_template"] = template

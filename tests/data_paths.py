@@ -25,6 +25,13 @@ QWEN2_MISSING = f"needs the Qwen2 vocabulary at {QWEN2} (6 MB, not vendored; CI 
 needs_qwen2 = pytest.mark.skipif(not (QWEN2 / "tokenizer.json").exists(), reason=QWEN2_MISSING)
 
 
+def data_dir(name: str) -> Path:
+    """The test data folder `name` (llama2, gpt2, qwen2, tools): tests/data/NAME where it is vendored, else
+    ../shared/NAME (which may be absent: pair with `needs_qwen2` or `shared_or_skip`)."""
+    vendored = DATA / name
+    return vendored if vendored.exists() else SHARED / name
+
+
 def shared_or_skip(path: Path) -> Path:
     """`path` (under ../shared) when it exists; otherwise skip the calling test, saying what is missing."""
     if not path.exists():

@@ -3,16 +3,14 @@ fresh build gives, and a change to any part of the key builds anew."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from data_paths import CATALOGUE
 
 from batchmask.schema.build import SchemaError, SchemaOptions, schema_node
 from batchmask.tools import envelope
 from batchmask.tools.envelope import get_envelope, registry_node
 from batchmask.tools.registry import Tool, ToolRegistry
-
-CATALOGUE = Path(__file__).resolve().parents[1].parent / "shared" / "tools" / "agent_tools.json"
 
 
 def fresh(tool: Tool, fmt: str, options: SchemaOptions):

@@ -3,11 +3,11 @@ explicit columns and the after-stop states come out as with the plain bound (eve
 from __future__ import annotations
 
 import random
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import torch
+from data_paths import CATALOGUE
 
 from batchmask.automaton.form import byte_table
 from batchmask.compiler.compiled import automaton_of, seed_node
@@ -15,8 +15,6 @@ from batchmask.grammar.nodes import Alt, JsonStr, Lit, Seq, Str
 from batchmask.table.tokensim import ByteSteps, after_stops, explicit_columns, prepare_vocab
 from batchmask.tools.envelope import registry_node
 from batchmask.tools.registry import ToolRegistry
-
-CATALOGUE = Path(__file__).resolve().parents[1].parent / "shared" / "tools" / "agent_tools.json"
 
 
 def moves(aut, prep, tails):

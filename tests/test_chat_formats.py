@@ -11,7 +11,8 @@ import pytest
 import torch
 from batchmask.models.llama import load_checkpoint
 from batchmask.models.tokenizer import load_tokenizer
-from chat_fixtures import HERMES_STYLE, LLAMA31_STYLE, SHARED, qwen25_tool_tokens, tokenizer_dir
+from chat_fixtures import HERMES_STYLE, LLAMA31_STYLE, qwen25_tool_tokens, tokenizer_dir
+from data_paths import data_dir
 from hf_fixtures import hf_model, save
 
 from batchmask import ToolRegistry, compile_grammar
@@ -54,7 +55,7 @@ def hf_tokenizer(path):
 @pytest.fixture(scope="module")
 def dirs(tmp_path_factory):
     base = tmp_path_factory.mktemp("chat")
-    return {"qwen2-shared": SHARED / "qwen2",
+    return {"qwen2-shared": data_dir("qwen2"),
             "llama31-style": tokenizer_dir(base / "llama31", "gpt2", LLAMA31_STYLE),
             "hermes-style": tokenizer_dir(base / "hermes", "gpt2", HERMES_STYLE, pad_token="<|endoftext|>"),
             "qwen25-tool-tokens": qwen25_tool_tokens(base / "qwen25"),
@@ -65,7 +66,7 @@ def dirs(tmp_path_factory):
 @pytest.mark.parametrize("name", ["qwen2-shared", "llama31-style", "hermes-style", "qwen25-tool-tokens"])
 def test_rendered_prompt_and_ids_equal_apply_chat_template(dirs, name):
     ours, theirs = load_tokenizer(dirs[name]), hf_tokenizer(dirs[name])
-    reg = ToolRegistry.from_json(SHARED / "tools" / "agent_tools.json")
+    reg = ToolRegistry.from_json(data_dir("tools") / "agent_tools.json")
     tools = tool_schemas(reg)
     convo = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello!", "tool_calls": None},
              {"role": "user", "content": "read a.txt"}]
@@ -83,8 +84,8 @@ def test_rendered_prompt_and_ids_equal_apply_chat_template(dirs, name):
 
 
 def test_tools_reach_the_template_as_the_file_gives_them():
-    entries = json.loads((SHARED / "tools" / "agent_tools.json").read_text())["tools"]
-    schemas = tool_schemas(ToolRegistry.from_json(SHARED / "tools" / "agent_tools.json"))
+    entries = json.loads((data_dir("tools") / "agent_tools.json").read_text())["tools"]
+    schemas = tool_schemas(ToolRegistry.from_json(data_dir("tools") / "agent_tools.json"))
     assert schemas[1:] == entries                                 # verbatim, in order, after the built-in answer
     answer = schemas[0]["function"]
     assert answer["name"] == "answer" and answer["parameters"]["required"] == ["text"]
@@ -263,7 +264,7 @@ def test_cli_messages_system_and_show(dirs, checkpoints, tmp_path, capsys):
 def test_a_template_on_a_sentencepiece_vocabulary_maps_its_bos_text_to_the_id():
     """A vocabulary whose encode does not know added tokens (SentencePiece) given a template: the bos_token text
     the template writes becomes the BOS id once, the rest is encoded as text."""
-    tok = load_tokenizer(SHARED / "llama2" / "tokenizer.model")
+    tok = load_tokenizer(data_dir("llama2") / "tokenizer.model")
     tok.chat_template = "{{ bos_token }}[INST] {{ messages[-1]['content'] }} [/INST]"
     tok.bos_token = "<s>"
     reg = registry()

@@ -15,6 +15,7 @@ import pytest
 from batchmask.models.checkpoint import ModelConfig, random_weights, write_checkpoint
 from batchmask.models.export import main as export_main
 from batchmask.models.tokenizer import load_tokenizer
+from data_paths import data_dir
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,7 +26,6 @@ from batchmask.schema.base import ITEMS_CEILING, LENGTH_CEILING
 from batchmask.schema.build import SchemaError
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
 
 
 def _one_error_line(capsys) -> str:
@@ -57,7 +57,7 @@ def test_unknown_device(one_task, capsys, device):
 def test_tokenizer_json_as_checkpoint(tmp_path, one_task, capsys):
     tj = tmp_path / "tok" / "tokenizer.json"
     tj.parent.mkdir()
-    shutil.copy(SHARED / "gpt2" / "tokenizer.json", tj)
+    shutil.copy(data_dir("gpt2") / "tokenizer.json", tj)
     assert main(["generate", "--tasks", str(one_task), "--checkpoint", str(tj), "--quiet"]) == 2
     line = _one_error_line(capsys)
     assert str(tj) in line and "--tokenizer" in line            # not "config.json: found nothing at this path"
@@ -69,7 +69,7 @@ def test_tokenizer_json_as_checkpoint(tmp_path, one_task, capsys):
 
 def test_a_json_document_is_not_a_tasks_file(tmp_path, capsys):
     tools = tmp_path / "tools.json"                              # a pretty-printed tools file given as --tasks
-    shutil.copy(SHARED / "tools" / "agent_tools.json", tools)
+    shutil.copy(data_dir("tools") / "agent_tools.json", tools)
     assert main(["generate", "--tasks", str(tools), "--quiet"]) == 2
     assert "one JSON object" in _one_error_line(capsys)
     arr = tmp_path / "tasks.json"
@@ -160,7 +160,7 @@ def test_huge_max_items_and_repeats(default_tok):
 # --- tokenizer.json ids far past its tokens -----------------------------------------------------
 def test_stray_added_token_id_is_refused(tmp_path, capsys):
     import json
-    spec = json.loads((SHARED / "gpt2" / "tokenizer.json").read_text(encoding="utf-8"))
+    spec = json.loads((data_dir("gpt2") / "tokenizer.json").read_text(encoding="utf-8"))
     stray = dict(spec["added_tokens"][0], id=10 ** 8, content="<stray>")
     spec["added_tokens"].append(stray)       # every per-token table would have had 10^8 entries (out of memory)
     p = tmp_path / "tokenizer.json"
@@ -280,12 +280,12 @@ def test_compile_prints_names_escaped(tmp_path, capsys):
 
 
 def test_tools_flag_given_json_text_is_one_short_line(capsys):
-    text = (SHARED / "tools" / "agent_tools.json").read_text()       # pasted where the path belongs
+    text = (data_dir("tools") / "agent_tools.json").read_text()       # pasted where the path belongs
     assert main(["compile", "--tools", text]) == 2
     line = _one_error_line(capsys)
     assert "--tools takes the path of a tools file" in line and len(line) < 200, line
-    assert main(["compile", "--tools", str(SHARED / "tools" / "nope.json")]) == 2
-    assert _one_error_line(capsys) == f"batchmask: error: tools file not found: {SHARED / 'tools' / 'nope.json'}"
+    assert main(["compile", "--tools", str(data_dir("tools") / "nope.json")]) == 2
+    assert _one_error_line(capsys) == f"batchmask: error: tools file not found: {data_dir('tools') / 'nope.json'}"
 
 
 # --- compile --out: never into a model directory, never over a file of another kind ---------------
@@ -300,7 +300,7 @@ def test_compile_out_refuses_files_that_are_not_grammar_caches(tmp_path, capsys)
     from safetensors.torch import save_file
     src = tmp_path / "src"
     src.mkdir()
-    data = {"vocab.json": (SHARED / "gpt2" / "tokenizer.json").read_bytes(), "tasks.txt": b"what is 2+2\n",
+    data = {"vocab.json": (data_dir("gpt2") / "tokenizer.json").read_bytes(), "tasks.txt": b"what is 2+2\n",
             "empty.pt": b""}
     for name, raw in data.items():
         (src / name).write_bytes(raw)
@@ -352,7 +352,7 @@ def seed_cache(tmp_path_factory) -> Path:
     (["--format", "json"], "compiled for another --format: the file's is 'seed', this run's 'json'"),
     (["--max-string", "64"], "compiled for another --max-string: the file's is 256, this run's 64"),
     (["--bytes"], "compiled without --bytes, this run has --bytes"),
-    (["--tools", str(SHARED / "tools" / "agent_tools.json")], "compiled for other tools (--tools): the file's are "
+    (["--tools", str(data_dir("tools") / "agent_tools.json")], "compiled for other tools (--tools): the file's are "
      "answer, calc, read_file, list_dir, write_file, this run's answer, get_weather"),
 ])
 def test_grammar_built_for_other_flags_names_the_flag_before_the_model_loads(seed_cache, one_task, capsys,
@@ -367,7 +367,7 @@ def test_grammar_built_for_other_flags_names_the_flag_before_the_model_loads(see
 
 def test_grammar_for_another_tokenizer_names_the_flag(tmp_path, one_task, capsys):
     other = tmp_path / "g32k.pt"
-    assert main(["compile", "--tokenizer", str(SHARED / "llama2" / "tokenizer.model"), "--out", str(other)]) == 0
+    assert main(["compile", "--tokenizer", str(data_dir("llama2") / "tokenizer.model"), "--out", str(other)]) == 0
     capsys.readouterr()
     argv = ["generate", "--tasks", str(one_task), "--grammar", str(other), "--quiet", "--grammar-cache", "none",
             "--max-new-tokens", "2"]

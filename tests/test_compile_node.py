@@ -9,18 +9,18 @@ random walks the table's legal set must equal the reference's.
 from __future__ import annotations
 
 import random
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+from data_paths import data_dir
 
 from batchmask.compiler import compiled as compiler
 from batchmask.compiler.compiled import CompiledGrammar, GrammarCacheError, compile_node
 from batchmask.grammar.nodes import Alt, ByteSet, JsonStr, Lit, Repeat, Seq, Str, Word
 
 regex = pytest.importorskip("regex")
-LLAMA = Path(__file__).resolve().parents[1].parent / "shared" / "llama2"
+LLAMA = data_dir("llama2")
 
 # --- the reference ------------------------------------------------------------------------------
 _UTF8_MULTI = (rb"[\xc2-\xdf][\x80-\xbf]|\xe0[\xa0-\xbf][\x80-\xbf]|[\xe1-\xec\xee\xef][\x80-\xbf]{2}"

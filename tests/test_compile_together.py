@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 
 import pytest
 import torch
+from data_paths import CATALOGUE as CATALOGUE_FILE
 from test_generation import small_tokenizer
 from test_grammar_set import MAX_STRING, SCHEMA, TOOL_SETS
 
@@ -20,7 +20,7 @@ from batchmask.run.grammar_store import GrammarStore
 from batchmask.run.schema_task import SchemaTask
 from batchmask.tools.registry import ToolRegistry
 
-CATALOGUE = json.loads((Path(__file__).resolve().parents[1].parent / "shared" / "tools" / "agent_tools.json")
+CATALOGUE = json.loads((CATALOGUE_FILE)
                        .read_text())["tools"]
 
 

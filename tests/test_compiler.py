@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import random
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+from data_paths import data_dir
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from seed_oracle import Oracle
@@ -14,7 +14,7 @@ from seed_oracle import Oracle
 from batchmask.compiler.compiled import CompiledGrammar, GrammarCacheError, compile_grammar
 from batchmask.tools.registry import Tool, ToolArg, ToolRegistry
 
-LLAMA = Path(__file__).resolve().parents[1].parent / "shared" / "llama2"
+LLAMA = data_dir("llama2")
 
 
 def oracle_for(registry, max_string, utf8):

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from data_paths import data_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = ["bandwidth", "compile", "correctness", "kernels", "generation", "hf_model", "hf_processor"]
@@ -77,7 +78,7 @@ def test_tokenizer_falls_back_to_a_synthetic_vocabulary(tmp_path):
 
 def test_tokenizer_found_at_the_given_path():
     from benchmarks import generate
-    path = ROOT.parent / "shared" / "llama2" / "tokenizer.model"
+    path = data_dir("llama2") / "tokenizer.model"
     if not path.exists():
         pytest.skip("no Llama 2 tokenizer beside the checkout")
     tok, note = generate.find_tokenizer(path)

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 from decimal import Decimal
-from pathlib import Path
 from types import SimpleNamespace
 
 import jsonschema
 import pytest
+from data_paths import data_dir
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schema_strategies import FORMAT_SAMPLES, closed, json_values, schemas
@@ -22,7 +22,6 @@ from batchmask.tools.envelope import ENVELOPES, CallError, Envelope, call_schema
 from batchmask.tools.prompt import parse_call, render_call
 from batchmask.tools.registry import Tool, ToolArg, ToolRegistry
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 CHECKER = jsonschema.Draft202012Validator.FORMAT_CHECKER     # (FormatChecker() would mix in draft 3's time)
 
 
@@ -125,7 +124,7 @@ def test_parse_call_seed_format_is_unchanged():
 
 
 def _typed_registry():
-    tools = json.loads((SHARED / "tools" / "agent_tools.json").read_text())
+    tools = json.loads((data_dir("tools") / "agent_tools.json").read_text())
     try:
         return ToolRegistry.from_obj(tools, source="agent_tools.json")
     except Exception as e:          # the typed registry lands with batchmask/schema/build.py

@@ -8,20 +8,19 @@ with jsonschema's format checker: 100%, over more than 2,000 calls.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import jsonschema
 import pytest
 from batchmask.models.checkpoint import ModelConfig, random_weights, write_checkpoint
+from data_paths import data_dir
 from schema_strategies import closed
 
 from batchmask.run.cli import main
 from batchmask.tools.envelope import call_schema
 from batchmask.tools.registry import ToolRegistry
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-LLAMA = SHARED / "llama2" / "tokenizer.model"
-CATALOGUE = SHARED / "tools" / "agent_tools.json"
+LLAMA = data_dir("llama2") / "tokenizer.model"
+CATALOGUE = data_dir("tools") / "agent_tools.json"
 CHECKER = jsonschema.Draft202012Validator.FORMAT_CHECKER
 
 

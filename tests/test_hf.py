@@ -12,6 +12,7 @@ import torch
 from batchmask.models.checkpoint import CheckpointError
 from batchmask.models.hf import HFCheckpoint
 from batchmask.models.llama import ContextOverflowError, OutOfMemoryError, kv_cache_bytes, load_checkpoint
+from data_paths import data_dir
 from hf_fixtures import edit_config, greedy_ours, greedy_transformers, hf_model, save, to_classic_spelling
 
 transformers = pytest.importorskip("transformers")
@@ -265,7 +266,7 @@ def test_cli_prints_one_line_for_a_bad_directory(written, tmp_path, capsys):
     edit_config(d, rope_parameters={"rope_type": "longrope", "rope_theta": 1e4})
     tasks = tmp_path / "tasks.txt"
     tasks.write_text("read the file notes.txt\n")
-    tok = ROOT.parent / "shared" / "llama2" / "tokenizer.model"
+    tok = data_dir("llama2") / "tokenizer.model"
     rc = main(["generate", "--checkpoint", str(d), "--tokenizer", str(tok), "--tasks", str(tasks), "--quiet"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "'longrope'" in err and "config.json" in err
@@ -332,7 +333,7 @@ def test_generate_reads_the_tokenizer_from_the_model_directory(tmp_path, capsys)
     import shutil
 
     from batchmask.run.cli import main
-    shared = ROOT.parent / "shared" / "gpt2"
+    shared = data_dir("gpt2")
     if not (shared / "tokenizer.json").exists():
         pytest.skip("no ../shared/gpt2 tokenizer beside the checkout")
     d = save(hf_model("llama", vocab_size=50257, eos_token_id=50256, bos_token_id=50256, pad_token_id=None,

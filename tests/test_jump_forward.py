@@ -2,13 +2,13 @@
 automaton and the table; the ragged forward pass against one token at a time; the loop against the plain loop."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from batchmask.models import load_tokenizer
+from data_paths import data_dir
 
 from batchmask.api import compile_grammar, compile_json_schema
 from batchmask.automaton.form import explicit_states
@@ -16,9 +16,8 @@ from batchmask.table.forced import forced_text, forced_tokens
 from batchmask.tools.registry import ToolRegistry
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("BATCHMASK_SHARED", ROOT.parent / "shared"))   # ../shared unless told otherwise
-CATALOGUE = SHARED / "tools" / "agent_tools.json"
-QWEN2 = SHARED / "qwen2" / "tokenizer.json"
+CATALOGUE = data_dir("tools") / "agent_tools.json"
+QWEN2 = data_dir("qwen2") / "tokenizer.json"
 needs_catalogue = pytest.mark.skipif(not CATALOGUE.exists(), reason="../shared/tools/agent_tools.json not present")
 UNICODE_SCHEMA = {"type": "object", "properties": {
     "city": {"enum": ["café", "cafè", "Zürich"]}, "unit": {"const": "°C"}, "n": {"type": "integer"}},

@@ -5,7 +5,6 @@ Most tests run the torch backend; those marked with BACKENDS also run the Triton
 when there is no GPU -- set before triton is imported, see tests/test_kernels.py).
 """
 import os
-from pathlib import Path
 from types import SimpleNamespace
 
 import torch
@@ -15,13 +14,14 @@ if not torch.cuda.is_available():
 
 
 import pytest
+from data_paths import data_dir
 
 from batchmask.masker import BatchMasker, GrammarTableError, IllegalTokenError
 from batchmask.table.next_codes import decode_next
 from tests.grammar_fixtures import make_loop_grammar, make_random_grammar
 from tests.kernel_helpers import BACKENDS, DEVICE, HAVE_TRITON, NEG_INF  # noqa: F401
 
-LLAMA2 = Path(__file__).resolve().parents[1].parent / "shared" / "llama2"
+LLAMA2 = data_dir("llama2")
 
 
 def legal_matrix(g, states) -> torch.Tensor:

@@ -1,8 +1,8 @@
 """The tool registry and the prompt protocol's parse."""
 import json
-from pathlib import Path
 
 import pytest
+from data_paths import data_dir
 
 from batchmask.tools.prompt import SCAFFOLD, parse_call, render_call, render_prompt
 from batchmask.tools.registry import RegistryError, Tool, ToolArg, ToolRegistry
@@ -85,16 +85,15 @@ def test_prompt_and_parse():
 
 
 # --- from_json's argument, and how long an error line may get ------------------------------------
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
 
 def test_from_json_given_text_or_a_missing_path_says_so_briefly(tmp_path):
-    text = (SHARED / "tools" / "agent_tools.json").read_text()     # kilobytes of JSON, not a path
+    text = (data_dir("tools") / "agent_tools.json").read_text()     # kilobytes of JSON, not a path
     with pytest.raises(RegistryError) as e:
         ToolRegistry.from_json(text)
     msg = str(e.value)
     assert "takes a path" in msg and "ToolRegistry.from_obj" in msg and len(msg) < 200, msg
-    assert ToolRegistry.from_obj(json.loads(text)).names == ToolRegistry.from_json(SHARED / "tools" /
+    assert ToolRegistry.from_obj(json.loads(text)).names == ToolRegistry.from_json(data_dir("tools") /
                                                                                    "agent_tools.json").names
     missing = tmp_path / "nope.json"
     with pytest.raises(RegistryError) as e:

@@ -8,17 +8,16 @@ import json
 import random
 import re
 from decimal import Decimal
-from pathlib import Path
 
 import jsonschema
 import pytest
+from data_paths import CATALOGUE
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schema_reference import compile_regex, walk
 
 from batchmask.schema.build import SchemaOptions, json_literal, schema_node
 
-CATALOGUE = Path(__file__).resolve().parents[1].parent / "shared" / "tools" / "agent_tools.json"
 V = jsonschema.Draft202012Validator
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

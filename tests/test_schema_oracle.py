@@ -33,13 +33,13 @@ import random
 import re
 import time
 from functools import cache
-from pathlib import Path
 from types import SimpleNamespace
 
 import jsonschema
 import numpy as np
 import pytest
 import torch
+from data_paths import data_dir
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schema_strategies import closed, object_schemas, schemas
@@ -47,7 +47,6 @@ from schema_strategies import closed, object_schemas, schemas
 from batchmask.schema.validate import check, loads
 
 llg = pytest.importorskip("llguidance")
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 CHECKER = jsonschema.Draft202012Validator.FORMAT_CHECKER
 WALK_SECONDS = 1.0
 
@@ -69,14 +68,14 @@ def _gpt2_alphabet() -> dict[str, int]:
 @cache
 def vocab(name: str):
     if name == "llama2":
-        path = SHARED / "llama2" / "tokenizer.model"
+        path = data_dir("llama2") / "tokenizer.model"
         if not path.exists():
             pytest.skip("../shared/llama2 not present")
         from batchmask.models.tokenizer import load_tokenizer
         tok = load_tokenizer(path)
         return SimpleNamespace(token_bytes=list(tok.token_bytes), eos_id=int(tok.eos_id),
                                stop_ids=tuple(getattr(tok, "stop_ids", (tok.eos_id,))))
-    path = SHARED / name / "tokenizer.json"
+    path = data_dir(name) / "tokenizer.json"
     if not path.exists():
         pytest.skip(f"../shared/{name} not present")
     data = json.loads(path.read_text(encoding="utf-8"))
@@ -375,7 +374,7 @@ def test_random_schemas_match_llguidance(name, data):
 
 
 def catalogue():
-    return json.loads((SHARED / "tools" / "agent_tools.json").read_text(encoding="utf-8"))
+    return json.loads((data_dir("tools") / "agent_tools.json").read_text(encoding="utf-8"))
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama2"])

@@ -6,16 +6,16 @@ BPE model trained here, and a plainly written llama2.c-style merge loop.
 import functools
 import random
 import struct
-from pathlib import Path
 
 import pytest
 from batchmask.models.tokenizer import BYTE, CONTROL, NORMAL, UNKNOWN, Tokenizer, TokenizerError, load_tokenizer
+from data_paths import data_dir
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 spm = pytest.importorskip("sentencepiece")
 
-LLAMA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "llama2"
+LLAMA_DIR = data_dir("llama2")
 LLAMA_BIN = LLAMA_DIR / "tokenizer.bin"
 LLAMA_MODEL = LLAMA_DIR / "tokenizer.model"
 needs_llama = pytest.mark.skipif(not (LLAMA_BIN.is_file() and LLAMA_MODEL.is_file()),

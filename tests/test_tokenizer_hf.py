@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 from batchmask.models import TokenizerError, load_tokenizer
+from data_paths import data_dir
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_tokenizer import varied_strings
 
 tokenizers = pytest.importorskip("tokenizers")
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-GPT2, QWEN2, LLAMA2 = SHARED / "gpt2", SHARED / "qwen2", SHARED / "llama2"
+GPT2, QWEN2, LLAMA2 = data_dir("gpt2"), data_dir("qwen2"), data_dir("llama2")
 needs = {d.name: pytest.mark.skipif(not d.is_dir(), reason=f"{d} not found") for d in (GPT2, QWEN2, LLAMA2)}
 
 # text the tokenizers differ on: unicode, whitespace runs, emoji, code, specials spelled out
