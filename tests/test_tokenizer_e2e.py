@@ -13,7 +13,7 @@ import pytest
 import torch
 from batchmask.models import load_tokenizer
 from batchmask.models.checkpoint import ModelConfig, random_weights, write_checkpoint
-from data_paths import data_dir, needs_qwen2
+from data_paths import data_dir
 from test_compiler import oracle_for, walk_and_compare
 
 from batchmask.compiler.compiled import compile_grammar
@@ -21,13 +21,13 @@ from batchmask.run.cli import main
 from batchmask.tools.registry import ToolRegistry
 
 GPT2, QWEN2 = data_dir("gpt2"), data_dir("qwen2")
-NAMES = ["gpt2", pytest.param("qwen2", marks=needs_qwen2)]     # Qwen2 is not vendored: skipped in a bare clone
+NAMES = ["gpt2", "qwen2"]
 MAX_STRING = 8  # short values: the walks reach the end of a call in a few dozen steps
 
 
 @pytest.fixture(scope="module")
 def vocabs():
-    class Lazy(dict):   # each vocabulary is read once, on first use (Qwen2 only where ../shared has it)
+    class Lazy(dict):   # each vocabulary is read once, on first use
         def __missing__(self, name):
             self[name] = load_tokenizer({"gpt2": GPT2, "qwen2": QWEN2}[name])
             return self[name]
@@ -54,7 +54,7 @@ def _never_legal(g, ids) -> bool:
     return bool((g.row_next[:, classes] == -1).all())
 
 
-@pytest.mark.parametrize("name,model_vocab", [pytest.param("qwen2", 151936, marks=needs_qwen2), ("gpt2", 50304)])
+@pytest.mark.parametrize("name,model_vocab", [("qwen2", 151936), ("gpt2", 50304)])
 def test_specials_and_padding_are_never_legal(name, model_vocab):
     tok = load_tokenizer(data_dir(name)).pad_to(model_vocab)
     assert tok.vocab_size == model_vocab and tok.token_bytes[-1] == b""
@@ -96,8 +96,7 @@ def _generate(run_dir, checkpoint, tokenizer, *extra):
     return rc, [json.loads(x) for x in out.read_text().splitlines()] if out.exists() else []
 
 
-@pytest.mark.parametrize("checkpoint,tokenizer", [pytest.param("qwen2", QWEN2, marks=needs_qwen2),
-                                                  ("gpt2", GPT2 / "tokenizer.json")])
+@pytest.mark.parametrize("checkpoint,tokenizer", [("qwen2", QWEN2), ("gpt2", GPT2 / "tokenizer.json")])
 def test_generate_with_a_padded_model_vocabulary(run_dir, checkpoint, tokenizer):
     rc, rows = _generate(run_dir, checkpoint, tokenizer)
     assert rc == 0 and len(rows) == 3
