@@ -22,7 +22,6 @@ from test_tokenizer import varied_strings
 tokenizers = pytest.importorskip("tokenizers")
 
 GPT2, QWEN2, LLAMA2 = data_dir("gpt2"), data_dir("qwen2"), data_dir("llama2")
-needs = {d.name: pytest.mark.skipif(not d.is_dir(), reason=f"{d} not found") for d in (GPT2, QWEN2, LLAMA2)}
 
 # text the tokenizers differ on: unicode, whitespace runs, emoji, code, specials spelled out
 EXTRA = ["  two   three    four\t\t\n\n\n  x", "🎉👩‍💻🇫🇷 ❤️", "def f(x):\n\treturn {'a': [1, 2]}  # ok\n",
@@ -65,8 +64,7 @@ def one_line_error(path, **kw) -> str:
 # -----------------------------------------------------------------------------
 # tokenizer.json: token bytes, encode, end tokens
 
-@pytest.fixture(scope="module", params=[pytest.param(GPT2, marks=needs["gpt2"]),
-                                        pytest.param(QWEN2, marks=needs["qwen2"])], ids=["gpt2", "qwen2"])
+@pytest.fixture(scope="module", params=[GPT2, QWEN2], ids=["gpt2", "qwen2"])
 def hf(request):
     return request.param, load_tokenizer(request.param), tokenizers.Tokenizer.from_file(
         str(request.param / "tokenizer.json"))
@@ -107,7 +105,6 @@ def test_encode_equals_tokenizers_on_any_text(hf, text):
     assert tok.encode(text) == ref.encode(text, add_special_tokens=False).ids
 
 
-@needs["gpt2"]
 def test_gpt2_end_tokens():
     tok = load_tokenizer(GPT2 / "tokenizer.json")
     assert (tok.bos_id, tok.eos_id, tok.stop_ids) == (50256, 50256, (50256,))
@@ -115,7 +112,6 @@ def test_gpt2_end_tokens():
     assert tok.directory == GPT2 and tok.token_bytes[50256] == b""
 
 
-@needs["qwen2"]
 def test_qwen2_end_tokens_padding_ids_and_template():
     tok = load_tokenizer(QWEN2)
     ref = tokenizers.Tokenizer.from_file(str(QWEN2 / "tokenizer.json"))
@@ -134,7 +130,6 @@ def _model_dir(tmp_path, src: Path, **files) -> Path:
     return d
 
 
-@needs["qwen2"]
 def test_end_tokens_from_generation_config_and_config(tmp_path):
     d = _model_dir(tmp_path, QWEN2, tokenizer_config__json={"eos_token": {"content": "<|im_end|>"}, "bos_token": None},
                    generation_config__json={"eos_token_id": [151645, 151643], "bos_token_id": 151643},
@@ -144,7 +139,6 @@ def test_end_tokens_from_generation_config_and_config(tmp_path):
     assert tok.chat_template is None  # none in these files
 
 
-@needs["gpt2"]
 def test_no_end_token_is_refused_and_eos_id_names_one(tmp_path):
     d = _model_dir(tmp_path, GPT2)
     msg = one_line_error(d / "tokenizer.json")
@@ -157,7 +151,6 @@ def test_no_end_token_is_refused_and_eos_id_names_one(tmp_path):
     assert tok.stop_ids == (50256,) and tok.chat_template.startswith("{% for")
 
 
-@needs["gpt2"]
 def test_vocab_hash_sees_stop_ids(tmp_path):
     a = load_tokenizer(GPT2)
     d = _model_dir(tmp_path, GPT2, tokenizer_config__json={"eos_token": "<|endoftext|>"},
@@ -169,7 +162,6 @@ def test_vocab_hash_sees_stop_ids(tmp_path):
 # -----------------------------------------------------------------------------
 # SentencePiece-style tokenizer.json (Metaspace, <0xNN> byte fallback), built from Llama 2's pieces
 
-@needs["llama2"]
 def test_sentencepiece_style_json_matches_the_sentencepiece_loader(tmp_path):
     from tokenizers import AddedToken, decoders, models, pre_tokenizers
 
@@ -286,7 +278,6 @@ def test_raw_byte_bin_without_end_token_names_eos_id(tmp_path, gpt2_bytes):
 # -----------------------------------------------------------------------------
 # bad files: one line naming the file and what is wrong
 
-@needs["gpt2"]
 def test_bad_tokenizer_json_files(tmp_path):
     text = (GPT2 / "tokenizer.json").read_text(encoding="utf-8")
     cut = tmp_path / "truncated.json"
@@ -334,7 +325,6 @@ def test_bad_tokenizer_json_files(tmp_path):
     assert "eos_token_id must be a token id" in one_line_error(d)
 
 
-@needs["gpt2"]
 def test_content_not_name_decides_the_format(tmp_path):
     odd = tmp_path / "tokenizer.model"  # a tokenizer.json under another name
     shutil.copy(GPT2 / "tokenizer.json", odd)
