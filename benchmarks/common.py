@@ -5,6 +5,7 @@ independent of each other.
 """
 from __future__ import annotations
 
+import functools
 import random
 import sys
 import tempfile
@@ -98,14 +99,16 @@ class MemoEncode:
         self.tokenizer = tokenizer
         self._ids: dict[tuple, list[int]] = {}
 
+        @functools.wraps(tokenizer.encode)   # the same signature: callers read its options (prefix_space, ...)
+        def encode(text, *args, **options) -> list[int]:
+            key = (text, args, tuple(sorted(options.items())))
+            if key not in self._ids:
+                self._ids[key] = tokenizer.encode(text, *args, **options)
+            return list(self._ids[key])
+        self.encode = encode
+
     def __getattr__(self, name):
         return getattr(self.tokenizer, name)
-
-    def encode(self, text, bos=True, eos=False, prefix_space=True) -> list[int]:
-        key = (text, bos, eos, prefix_space)
-        if key not in self._ids:
-            self._ids[key] = self.tokenizer.encode(text, bos=bos, eos=eos, prefix_space=prefix_space)
-        return list(self._ids[key])
 
 
 def random_model(config: ModelConfig, device="cpu", dtype=torch.float32, seed: int = 0):
