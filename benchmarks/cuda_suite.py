@@ -24,6 +24,10 @@ pointless). OUT.json is rewritten after every section, so a run cut short still 
                constrained vs free, eager vs CUDA graphs (tokens/s, ms/step, constrained/free step ratio), and
                the bare decode loop (benchmarks/generate.py step_overhead). Targets: ratio <= 1.02;
                >= 200,000 tok/s at B = 512 with graphs.
+  jump         jump-forward (issue 28): BatchGenerator with and without --jump-forward at B in {1, 64, 512}, on the
+               same random checkpoint (values run long: a floor) and on benchmarks/scripted_model.py (writes
+               reference calls with short values: what a trained model approaches): tokens per step, steps per
+               call, calls/s and ms per batch step, valid calls (benchmarks/jump.py run_arms).
   hf_model     a SmolLM2-135M-shaped random Hugging Face directory (dim 576, 30 layers, 9/3 heads, vocab 49152,
                tied; bf16 safetensors) through load_checkpoint in bf16: graphed decode == eager, then decode
                tokens/s at B in {1, 16, 64}, eager and with CUDA graphs.
@@ -367,6 +371,38 @@ def section_generation(plan: Plan, state: dict, deadline: float) -> dict:
             "model": config.__dict__, "model_dtype": str(plan.model_dtype)}
 
 
+def section_jump(plan: Plan, state: dict, deadline: float) -> dict:
+    from batchmask.tools.envelope import get_envelope
+    from benchmarks.jump import line, run_arms
+    from benchmarks.scripted_model import ScriptedModel, reference_calls
+    registry, tok, grammar = state["registry"], state["tokenizer"], state["grammar"]
+    config = plan.model if plan.device == "cuda" else \
+        ModelConfig(**{**plan.model.__dict__, "vocab_size": tok.vocab_size})
+    model = random_model(config, plan.device, plan.model_dtype)
+    runs, skipped = [], []
+    for B in plan.gen_batches:
+        for kind in ("random", "scripted"):
+            if time.perf_counter() > deadline:
+                skipped.append(f"B={B} {kind}: time budget spent")
+                continue
+            if kind == "scripted":
+                calls = reference_calls(registry, get_envelope("seed"), max(2 * B, 4), seed=B)
+                tasks = [t for t, _ in calls]
+                m = ScriptedModel(tok.token_bytes, dict(calls), eos_id=tok.eos_id, seq_len=config.seq_len,
+                                  decode_text=tok.decode).to(plan.device)
+            else:
+                tasks, m = make_tasks(max(2 * B, 4), seed=B), model
+            limit = plan.gen_max_new_tokens if kind == "random" else 160   # a scripted call runs to its end
+            for r in run_arms(m, tok, registry, grammar, tasks, B, fmt="seed", max_new_tokens=limit,
+                              backend="triton"):
+                r["model"] = kind
+                runs.append(r)
+                log("  " + line(f"default seed {kind}", r))
+    for s in skipped:
+        log(f"  skipped {s}")
+    return {"runs": runs, "skipped": skipped, "model": config.__dict__, "model_dtype": str(plan.model_dtype)}
+
+
 def section_hf_model(plan: Plan, state: dict, deadline: float) -> dict:
     """A SmolLM2-135M-shaped random Hugging Face directory (benchmarks/model.py write_random_hf: bf16 safetensors)
     loaded through load_checkpoint in the plan's dtype: graphed decode == eager for a few steps, then decode tokens/s
@@ -490,6 +526,10 @@ def summary_rows(report: dict) -> list[tuple[str, str, str]]:
     for l in gen.get("loop", []):
         rows.append((f"step ratio B={l['B']} {'graphs' if l['graphs'] else 'eager'} (loop)",
                      f"{l['ratio']:.3f} ({l['constrained_ms']:.3f} / {l['free_ms']:.3f} ms)", "<= 1.02"))
+    for r in s.get("jump", {}).get("runs", []):
+        rows.append((f"jump-forward {r['model']} B={r['B']} {'on' if r['jump_forward'] else 'off'}",
+                     f"{r['tokens_per_step']:.2f} tok/step, {r['calls_per_s']:.1f} calls/s, {r['ms_per_step']:.3f} "
+                     f"ms/step, {r['valid_calls']:.0%} valid", ">= 1.5 tok/step" if r["jump_forward"] else ""))
     for r in s.get("hf_model", {}).get("runs", []):
         rows.append((f"SmolLM2-135M shape B={r['B']} {'graphs' if r['graphs'] else 'eager'}",
                      f"{r['tokens_per_s']:,.0f} tok/s, {r['ms_per_step']:.3f} ms/step", ""))
@@ -576,6 +616,7 @@ def main():
         report["sections"]["generation"] = {"error": "skipped: no compiled grammar (the compile section failed)"}
     else:
         run("generation", section_generation, started + args.budget_s)
+        run("jump", section_jump, started + args.budget_s + 40)
     run("hf_model", section_hf_model, started + args.budget_s + 60)
     if state.get("grammar") is not None:
         run("hf_processor", section_hf_processor)

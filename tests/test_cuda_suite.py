@@ -13,7 +13,7 @@ import pytest
 from data_paths import data_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = ["bandwidth", "compile", "correctness", "kernels", "generation", "hf_model", "hf_processor"]
+SECTIONS = ["bandwidth", "compile", "correctness", "kernels", "generation", "jump", "hf_model", "hf_processor"]
 
 pytest.importorskip("triton")
 
@@ -55,6 +55,13 @@ def test_smoke_figures_are_complete(smoke_report):
         if r["mode"] == "constrained":  # whatever the random model does, the grammar makes every call valid
             assert r["valid_calls"] == 1.0
     assert {l["graphs"] for l in gen["loop"]} == {False, True}
+    jump = s["jump"]    # both arms for both models; the scripted model writes valid calls, in fewer steps with jump
+    assert {(r["model"], r["jump_forward"]) for r in jump["runs"]} == {(m, j) for m in ("random", "scripted")
+                                                                      for j in (False, True)}
+    for r in jump["runs"]:
+        assert r["row_steps"] <= r["tokens"] and (r["jump_forward"] or r["row_steps"] == r["tokens"])
+        if r["model"] == "scripted":
+            assert r["valid_calls"] == 1.0 and (not r["jump_forward"] or r["tokens_per_step"] > 1.0)
     hf = s["hf_model"]  # the HF-directory model: loaded, checked against eager, timed at every batch size
     assert not hf["skipped"] and hf["graph_vs_eager_rel"] < 2e-2 and hf["load_s"] > 0
     assert [r["B"] for r in hf["runs"]] == [2] and all(r["tokens_per_s"] > 0 for r in hf["runs"])
