@@ -52,10 +52,10 @@ def cmd_generate(args) -> int:
     if out_path is not None:
         check_not_an_input(out_path, args)
     taskfile = read_tasks(args.tasks, args.tasks_format)
-    if args.system is not None and (own := taskfile.own_system_lines()):   # two system messages: said, not refused
+    dist = distributed.setup(args.device)
+    if args.system is not None and (own := taskfile.own_system_lines()) and not (dist and dist.rank):  # said once
         say_warning(f"--system comes before the task's own system message in {len(own)} task(s) ({taskfile.name} "
                     f"line {', '.join(map(str, own[:5]))}{', ...' if len(own) > 5 else ''}): the prompt holds both")
-    dist = distributed.setup(args.device)
     # the output is locked and checked before the model loads, so a clash is refused at once
     with distributed.Output(out_path, dist, resume=args.resume, force=args.force) as output:
         return _generate(args, dist, taskfile, output)
