@@ -18,6 +18,7 @@ the two arms differ only by the mask.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 from types import SimpleNamespace
 
@@ -199,9 +200,11 @@ class BatchMasker:
             return
         rows = flagged.nonzero()[:, 0].tolist()
         faults = [(r, *self.rows.fault[r, 1:].tolist()) for r in rows]
-        lines = [f"row {r}: token {tok} ({self._token_text(tok)!r}) is not legal in state {s} "
-                 f"-- was the mask applied?" for r, tok, s in faults]
-        raise IllegalTokenError("\n".join(lines), faults)
+        lines = [f"row {r}: token {tok} ({self._token_text(tok)!r}) is not legal in state {s}" for r, tok, s in faults]
+        # the first line is the whole story for a command line (one line, not one per row); each row's follows
+        head = (f"{len(rows)} row{'s' if len(rows) > 1 else ''} advanced by a token the grammar does not allow "
+                f"-- was the mask applied? (first: {lines[0]})")
+        raise IllegalTokenError("\n".join([head, *lines]), faults)
 
     def finish(self, rows=None) -> list[str]:
         """The characters each row still owes for a complete call (its grammar's shortest completion)."""
@@ -263,8 +266,8 @@ class BatchMasker:
 def _pick_backend(backend: str, device: torch.device) -> str:
     if backend not in ("auto", "torch", "triton"):
         raise ValueError(f"backend must be 'auto', 'torch' or 'triton', got {backend!r}")
-    if backend == "auto":
-        return "triton" if device.type == "cuda" else "torch"
+    if backend == "auto":   # CUDA torch on Linux brings triton; where none is installed the torch path runs
+        return "triton" if device.type == "cuda" and importlib.util.find_spec("triton") is not None else "torch"
     if backend == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         raise ValueError(f"backend 'triton' on {device} needs TRITON_INTERPRET=1 in the environment "
                          f"before triton is first imported (or use backend='torch')")
@@ -274,6 +277,9 @@ def _pick_backend(backend: str, device: torch.device) -> str:
 def _load_kernels(backend: str):
     if backend != "triton":
         return None
+    if importlib.util.find_spec("triton") is None:
+        raise ValueError("backend 'triton' needs triton, and none is installed: pip install 'batchmask[cuda]' "
+                         "(or use backend='torch')")
     from batchmask.kernels import mask_triton  # imports triton: only when asked for
     return mask_triton
 

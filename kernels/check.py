@@ -22,6 +22,8 @@ import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from batchmask.text import say_error
+
 DEFAULT_ARCHS = ("sm_80", "sm_90")
 
 
@@ -128,8 +130,7 @@ def run(arch: str | None, jobs: int | None = None) -> int:
     errors = [r for r in rows if r["error"]]
     spills = [r for r in rows if not r["error"] and r["spills"]]
     if errors or spills:
-        print(f"check-kernels: {len(errors)} compile error(s), {len(spills)} kernel(s) spilling registers",
-              file=sys.stderr)
+        say_error(f"check-kernels: {len(errors)} compile error(s), {len(spills)} kernel(s) spilling registers")
         return 1
     print(f"check-kernels: {len(rows)} compiles, no errors, no spills")
     return 0
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(args.arch, args.jobs)
     except KernelCheckError as e:
-        print(f"batchmask: error: {e}", file=sys.stderr)
+        say_error(e)
         return 2
 
 

@@ -133,3 +133,108 @@ def test_console_script_generates_with_the_users_models_and_kernels_first(tmp_pa
         pytest.skip(f"no console script beside {sys.executable} (batchmask is not pip-installed here)")
     user = user_packages(tmp_path / "user")
     assert_every_task_gets_a_call(run([str(script), "generate", "--tasks", str(TASKS)], tmp_path, [user]))
+
+
+# --- triton is the cuda extra's, not a base requirement ---------------------------------------------
+def _requirements(wheel: Path, extra: str) -> set[str]:
+    """The distributions pip installs for `batchmask[extra]` ("" for none) on Linux, from the wheel's METADATA."""
+    from packaging.requirements import Requirement
+    with zipfile.ZipFile(wheel) as z:
+        meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    names = set()
+    for line in meta.splitlines():
+        if line.startswith("Requires-Dist:"):
+            req = Requirement(line.partition(":")[2].strip())
+            env = {"extra": extra, "sys_platform": "linux", "platform_system": "Linux"}
+            if req.marker is None or req.marker.evaluate(env):
+                names.add(req.name.lower())
+    return names
+
+
+def test_a_cpu_install_needs_no_triton(wheel):
+    base = _requirements(wheel, "")
+    assert {"torch", "numpy", "sentencepiece", "tokenizers", "safetensors", "jinja2"} <= base
+    assert "triton" not in base
+    assert "triton" in _requirements(wheel, "cuda") and "triton" in _requirements(wheel, "test")
+    assert "matplotlib" in _requirements(wheel, "bench") and "matplotlib" not in base
+
+
+# Run in a fresh interpreter in which triton cannot be found, as on a CPU machine that never installed it:
+# every finder on sys.meta_path answers "no such module" for triton (importlib.util.find_spec gives None).
+WITHOUT_TRITON = r'''
+import importlib, json, os, pkgutil, sys
+
+class Hidden:
+    def __init__(self, inner):
+        self.inner = inner
+    def find_spec(self, name, path=None, target=None):
+        if name == "triton" or name.startswith("triton."):
+            return None
+        find = getattr(self.inner, "find_spec", None)
+        return find(name, path, target) if find else None
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+sys.meta_path[:] = [Hidden(f) for f in sys.meta_path]
+report = {}
+try:
+    import triton  # noqa: F401
+    report["hidden"] = False
+except ModuleNotFoundError:
+    report["hidden"] = importlib.util.find_spec("triton") is None
+
+import batchmask, batchmask.kernels, batchmask.models
+failed = {}
+# kernels/ and models/ install as batchmask.kernels and batchmask.models from folders of their own: walked apart
+modules = [m for pkg in (batchmask, batchmask.kernels, batchmask.models)
+           for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + ".")]
+for m in modules:
+    if m.name.endswith("__main__"):          # `python -m batchmask` itself: importing it runs the command line
+        continue
+    try:
+        importlib.import_module(m.name)
+    except Exception as e:
+        failed[m.name] = f"{type(e).__name__}: {e}"
+report["failed_imports"] = failed
+report["modules"] = len(modules)
+
+from batchmask.run.cli import main
+report["generate"] = main(["generate", "--tasks", sys.argv[1], "--out", sys.argv[2], "--quiet",
+                           "--grammar-cache", "none"])
+
+import torch
+from batchmask import BatchMasker, ToolRegistry, compile_grammar
+from batchmask.models import load_tokenizer
+from batchmask.run.loading import DEFAULT_DIR
+g = compile_grammar(ToolRegistry.defaults(), load_tokenizer(DEFAULT_DIR / "tokenizer.model"))
+m = BatchMasker(g, batch_size=2, device="cpu")
+report["backend"] = m.backend
+report["legal"] = m.apply_(torch.zeros(2, g.vocab_size)).tolist()
+try:
+    BatchMasker(g, batch_size=2, device="cpu", backend="triton")
+except ValueError as e:
+    report["triton_backend"] = str(e)
+report["loaded"] = sorted(n for n in sys.modules if n == "triton" or n.startswith("triton."))
+print(json.dumps(report))
+'''
+
+
+def test_generate_compile_and_mask_run_without_triton(tmp_path):
+    out = tmp_path / "calls.jsonl"
+    env = {**os.environ, "TRITON_INTERPRET": "1"}     # the triton backend's first check passes: the second speaks
+    proc = subprocess.run([sys.executable, "-c", WITHOUT_TRITON, str(TASKS), str(out)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout.splitlines()[-1])
+    assert report["hidden"] is True                            # the interpreter really has no triton
+    # every module imports without it but the Triton kernels themselves
+    n_modules = sum(1 for folder in INSTALLS_AS for f in project_files(folder)
+                    if f.endswith(".py") and not f.endswith(("__init__.py", "__main__.py")))
+    assert report["modules"] >= n_modules           # every module was tried (packages count too)
+    assert list(report["failed_imports"]) == ["batchmask.kernels.mask_triton"], report["failed_imports"]
+    assert "No module named 'triton'" in report["failed_imports"]["batchmask.kernels.mask_triton"]
+    assert report["generate"] == 0
+    assert_every_task_gets_a_call(subprocess.CompletedProcess([], 0, out.read_text(), ""))
+    assert report["backend"] == "torch" and all(n > 0 for n in report["legal"])
+    assert "needs triton, and none is installed: pip install 'batchmask[cuda]'" in report["triton_backend"]
+    assert report["loaded"] == []

@@ -4,6 +4,7 @@ In: task files, flags, a model and tokenizer (batchmask.models), grammars (batch
 Lines, the run's fingerprint, progress on stderr. Uses every stage below; nothing below imports it.
 
     cli.py            the commands (generate, ablate, compile, check-kernels); cli_grammar.py its cache files
+                      cli_format.py its argparse (one error line, defaults in --help, --version)
     loading.py        device, dtype, model, tokenizer and registry a command loads
     generation.py     the generation loop (continuous batching)
     grammar_store.py  each distinct tool set compiled once, cached in memory and on disk; waves.py cuts a run

@@ -17,14 +17,17 @@ import time
 from pathlib import Path
 
 from ..safe_write import check_target, write_text_atomic
-from ..text import printable
+from ..text import printable, say_error, say_warning
 from . import interrupts, limits
+from .cli_format import Parser as _Parser
+from .cli_format import Version as _Version
 from .fingerprint import run_settings
 from .limits import float_arg, int_arg
 from .loading import (  # noqa: F401
     DEFAULT_DIR,
     DEFAULT_MAX_CONTEXT,
     DEFAULT_MAX_NEW_TOKENS,
+    DTYPES,
     _device,
     _dtype,
     _max_new_tokens,
@@ -50,6 +53,9 @@ def cmd_generate(args) -> int:
         check_not_an_input(out_path, args)
     taskfile = read_tasks(args.tasks, args.tasks_format)
     dist = distributed.setup(args.device)
+    if args.system is not None and (own := taskfile.own_system_lines()) and not (dist and dist.rank):  # said once
+        say_warning(f"--system comes before the task's own system message in {len(own)} task(s) ({taskfile.name} "
+                    f"line {', '.join(map(str, own[:5]))}{', ...' if len(own) > 5 else ''}): the prompt holds both")
     # the output is locked and checked before the model loads, so a clash is refused at once
     with distributed.Output(out_path, dist, resume=args.resume, force=args.force) as output:
         return _generate(args, dist, taskfile, output)
@@ -253,13 +259,6 @@ def cmd_compile(args) -> int:
 # values in one line.
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a bad flag is one line (`batchmask generate: error: argument --seed: ...`), exit 2."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
 def _eos_arg(p):
     p.add_argument("--eos-id", type=int_arg(0, limits.MAX_TOKENS),
                    help="the end-of-sequence token id, for a vocabulary whose files name none "
@@ -275,11 +274,12 @@ def _model_args(p):
     p.add_argument("--max-context", type=int_arg(1, limits.MAX_TOKENS), default=DEFAULT_MAX_CONTEXT,
                    help=f"cap on the model's context (KV cache positions per row; default {DEFAULT_MAX_CONTEXT}: "
                         "a HF model's max_position_embeddings of 128K would need a cache no batch fits)")
-    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N (default: cuda if available)")
-    p.add_argument("--dtype", default="auto", help="float32 (CPU default), bfloat16 (CUDA default), float16")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto, cuda if available)")
+    p.add_argument("--dtype", default="auto", choices=("auto", *DTYPES),
+                   help="the model's dtype (default: auto, float32 on the CPU and bfloat16 on CUDA)")
     p.add_argument("--batch-size", type=int_arg(1, limits.MAX_BATCH), default=16,
-                   help="slots run at once (default 16; clamped to the number of tasks, refused if its KV cache "
-                        "does not fit the device's free memory)")
+                   help="slots run at once (default %(default)s; clamped to the number of tasks, refused if its KV "
+                        "cache does not fit the device's free memory)")
     p.add_argument("--max-new-tokens", type=int_arg(1, limits.MAX_TOKENS), default=None,
                    help=f"token ceiling per call (default {DEFAULT_MAX_NEW_TOKENS}; at most the model's context, "
                         "and also capped by the context left after the prompt)")
@@ -293,18 +293,20 @@ def _model_args(p):
 def _format_arg(p):
     from ..tools.envelope import FORMATS
     p.add_argument("--format", choices=FORMATS, default="seed",
-                   help='the call\'s envelope: seed {"tool":NAME,"args":{...}} (default), json '
+                   help='the call\'s envelope: seed {"tool":NAME,"args":{...}}, json '
                         '{"name":NAME,"arguments":{...}} (the OpenAI body), llama3 {"name": NAME, "parameters": '
                         '{...}} (Llama 3.1/3.2) or hermes <tool_call>\\n{"name": NAME, "arguments": {...}}\\n'
                         '</tool_call> (Hermes, Qwen2.5)')
 
 
 def _system_arg(p):
-    p.add_argument("--system", help="a system message before each task (models with a chat template)")
+    p.add_argument("--system", help="a system message before each task (models with a chat template; before a "
+                   "JSONL task's own messages, with a warning if they hold one)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="batchmask", description="Batched grammar-constrained tool calling.")
+    ap.add_argument("--version", action=_Version, help="print the installed version and exit")
     sub = ap.add_subparsers(dest="command", required=True)
 
     g = sub.add_parser("generate", help="one tool call per task, batched")
@@ -322,8 +324,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default 64; batchmask/run/waves.py)")
     _model_args(g)
     g.add_argument("--temperature", type=float_arg(0.0, limits.MAX_TEMPERATURE), default=0.0,
-                   help="0 is greedy (default)")
-    g.add_argument("--top-p", type=float_arg(0.0, 1.0, lo_open=True), default=1.0)
+                   help="sampling temperature; 0 is greedy")
+    g.add_argument("--top-p", type=float_arg(0.0, 1.0, lo_open=True), default=1.0,
+                   help="nucleus sampling: draw only from the most likely legal tokens whose probabilities add up "
+                        "to P (0 < P <= 1; 1 keeps every legal token; used only when --temperature is above 0)")
     g.add_argument("--no-constrain", action="store_true", help="the free arm: no grammar mask")
     # default None, not False: a run without the flag keeps the fingerprint runs had before it existed
     g.add_argument("--jump-forward", action="store_true", default=None,
@@ -359,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"byte cap of one argument value (default 256, at most {limits.MAX_STRING})")
     c.add_argument("--bytes", action="store_true", help="the seed's byte rule instead of whole UTF-8 characters")
     _format_arg(c)
-    c.add_argument("--device", default="cpu")
+    c.add_argument("--device", default="cpu", help="where the table is built and checked: cpu, cuda or cuda:N")
     c.add_argument("--out", help="cache file to write")
     c.set_defaults(func=cmd_compile)
 
@@ -395,14 +399,13 @@ def main(argv=None) -> int:
             pass
         return 141                             # 128 + SIGPIPE, as a shell reports it
     except MemoryError:                        # e.g. a grammar too large to build: one line, not a traceback
-        print(f"batchmask: error: out of memory in `batchmask {getattr(args, 'command', '')}` (a smaller grammar, "
-              "batch or context needs less)", file=sys.stderr)
+        say_error(f"out of memory in `batchmask {getattr(args, 'command', '')}` (a smaller grammar, batch or "
+                  "context needs less)")
         return 2
     except (ValueError, OSError, RuntimeError) as e:          # one line; a quoted value must not drive the terminal
         if os.environ.get("BATCHMASK_DEBUG"):
             raise
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"batchmask: error: {printable(msg)}", file=sys.stderr)
+        say_error(str(e).strip() or type(e).__name__)           # its first line, escaped
         return 2
 
 

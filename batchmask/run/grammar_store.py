@@ -19,7 +19,6 @@ import copy
 import hashlib
 import json
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from ..compiler.cache import CACHE_FORMAT
 from ..compiler.compiled import GrammarCacheError
 from ..safe_write import NotRegularFileError, OutputPathError, check_target
 from ..table.tokensim import stop_ids_of, vocab_hash_of
+from ..text import say_warning
 from ..tools.registry import RegistryError, ToolRegistry
 from .schema_task import SchemaTask
 
@@ -54,7 +54,7 @@ def cache_dir_of(value: str | None) -> Path | None:
 
 
 def _warn(message: str) -> None:
-    print(f"batchmask: warning: {message}", file=sys.stderr)
+    say_warning(message)
 
 
 # --- the store ------------------------------------------------------------------------------------

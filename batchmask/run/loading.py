@@ -30,15 +30,18 @@ def _device(name: str | None):
     return dev
 
 
+# --dtype's names (the CLI's argparse choices, with "auto") -> torch's
+DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16",
+          "fp16": "float16"}
+
+
 def _dtype(name: str | None, device):
     import torch
     if name in (None, "auto"):
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-             "float16": torch.float16, "fp16": torch.float16}
-    if name not in table:
+    if name not in DTYPES:
         raise ValueError(f"--dtype {name}: expected one of float32, bfloat16, float16")
-    return table[name]
+    return getattr(torch, DTYPES[name])
 
 
 def resolve_model_paths(checkpoint, tokenizer_path) -> tuple[Path, Path]:

@@ -100,6 +100,11 @@ class TaskFile:
         """What the prompt is built from: task i's messages if it has them, else its text."""
         return self.messages[i] if self.messages and self.messages[i] is not None else self.tasks[i]
 
+    def own_system_lines(self) -> list[int]:
+        """The lines of the tasks whose own "messages" hold a system message (--system would come before it)."""
+        return [line for m, line in zip(self.messages, self.lines)
+                if m is not None and any(isinstance(x, dict) and x.get("role") == "system" for x in m)]
+
     def check_limits(self, ceiling: int, what: str) -> None:
         """Refuse a task's max_new_tokens above `ceiling` (the model's context, named by `what`)."""
         for limit, line in zip(self.limits, self.lines):
