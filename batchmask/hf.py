@@ -11,8 +11,9 @@ The short path, from a Hugging Face tokenizer and the tools (the README's transf
 
 `from_pretrained` builds batchmask's tokenizer from the Hugging Face one once (models/tokenizer_transformers.py:
 its own vocabulary, padded to the model's, its end tokens) and compiles the tools. A row that `max_new_tokens` cut
-mid-call is closed by `replies` with the fewest tokens its grammar allows from where it stopped
-(compiler/shortest.py), then the end token; its Reply says `completed`.
+mid-call is closed by `replies` with its grammar's shortest completion from where it stopped (the bytes the CLI's
+`cut` records get too), in the fewest tokens (compiler/shortest.py), then the end token; its Reply says
+`completed`.
 
 From a grammar compiled yourself:
 
@@ -166,9 +167,9 @@ class LogitsProcessor(transformers.LogitsProcessor):
         """Each row of generate's output (`sequences` [B, T], prompt included, or the GenerateOutput), read back.
 
         A row that ended (a stop id) is its tokens up to that id. A row cut by max_new_tokens is completed: the
-        fewest tokens its grammar allows from its state (compiler/shortest.py), then the end token, so its text
-        is a whole call (`completed`). generate samples its last token after the processor's last call: that token
-        is fed to the grammar here, once (calling replies again reads the same)."""
+        grammar's shortest completion from its state, in the fewest tokens (compiler/shortest.py), then the end
+        token, so its text is a whole call (`completed`). generate samples its last token after the processor's
+        last call: that token is fed to the grammar here, once (calling replies again reads the same)."""
         sequences = getattr(sequences, "sequences", sequences)
         if self.masker is None or self._prev is None:
             raise ValueError("LogitsProcessor.replies: the processor has not run (pass it to generate() first)")

@@ -195,10 +195,10 @@ def test_chat_inputs_are_transformers_own_left_padded_batch(loaded):
 
 # --- cut rows -----------------------------------------------------------------------------------------------------
 
-def reference_costs(grammar) -> dict[int, tuple[int, int]]:
-    """Per state, (tokens, bytes) of its cheapest completion: one Dijkstra backwards from the complete states over
-    the plain [S, C] table, a class costing (1 token, its shortest token with text in bytes); written without the
-    completer's batching, from the unfactored table."""
+def reference_bytes(grammar) -> list[int]:
+    """Per state, the fewest bytes that complete its value: one Dijkstra backwards from the complete states over the
+    plain [S, C] table, a class costing its shortest token with text; written from the unfactored token table, not
+    from the automaton the completer reads."""
     class_cost = {}
     for c, data in zip(grammar.token_class.tolist(), grammar.token_bytes):
         if data and (c not in class_cost or len(data) < class_cost[c]):
@@ -208,27 +208,60 @@ def reference_costs(grammar) -> dict[int, tuple[int, int]]:
         for c, nxt in enumerate(row):
             if nxt >= 0 and nxt != grammar.done_state and c in class_cost:
                 into.setdefault(nxt, []).append((s, class_cost[c]))
-    final = grammar.final.tolist()
-    best = {s: (0, 0) for s in range(grammar.num_states) if final[s]}
-    heap = [(0, 0, s) for s in best]
+    best = [0 if f else None for f in grammar.final.tolist()]
+    heap = [(0, s) for s, b in enumerate(best) if b == 0]
     while heap:
-        n, b, s = heapq.heappop(heap)
-        if best[s] != (n, b):
+        b, s = heapq.heappop(heap)
+        if best[s] != b:
             continue
         for prev, cost in into.get(s, ()):
-            mine = (n + 1, b + cost)
-            if prev not in best or mine < best[prev]:
-                best[prev] = mine
-                heapq.heappush(heap, (*mine, prev))
+            if best[prev] is None or b + cost < best[prev]:
+                best[prev] = b + cost
+                heapq.heappush(heap, (b + cost, prev))
     return best
+
+
+_BY_FIRST = {}
+
+
+def fewest_tokens(token_bytes, data: bytes) -> int:
+    """How few tokens spell `data`: a breadth-first search over positions, trying every token that starts with the
+    byte there (the brute force)."""
+    if id(token_bytes) not in _BY_FIRST:
+        groups = {}
+        for b in token_bytes:
+            if b:
+                groups.setdefault(b[0], []).append(b)
+        _BY_FIRST[id(token_bytes)] = (token_bytes, groups)
+    groups = _BY_FIRST[id(token_bytes)][1]
+    depth, frontier, seen = 0, {0}, {0}
+    while len(data) not in frontier:
+        depth += 1
+        frontier = {i + len(b) for i in frontier if i < len(data) for b in groups.get(data[i], ())
+                    if data.startswith(b, i)} - seen
+        seen |= frontier
+        assert frontier, data
+    return depth
+
+
+def check_completion(grammar, reference, state, ids):
+    """`ids` are legal from `state`, end its value, in the fewest bytes there are and the fewest tokens for them."""
+    states = walk(grammar, state, ids)
+    assert not states or min(states) >= 0
+    assert bool(grammar.final[states[-1] if states else state])
+    data = b"".join(grammar.token_bytes[t] for t in ids)
+    assert len(data) == reference[state], (state, data)
+    assert len(ids) == fewest_tokens(grammar.token_bytes, data), (state, data)
 
 
 def test_cut_rows_are_completed_into_valid_calls(loaded):
     tokenizer, model = loaded
     proc = LogitsProcessor.from_pretrained(tokenizer, tools=TOOLS, batch_size=len(TASKS), format="hermes",
                                            model=model)
-    assert proc.grammar.vocab_size == V_MODEL
-    reference = reference_costs(proc.grammar)
+    g = proc.grammar
+    assert g.vocab_size == V_MODEL
+    assert bool((g.row_next[:, g.token_class[50257:].long()] == -1).all())     # padding: never legal, in any row
+    reference = reference_bytes(g)
     inputs = proc.chat_inputs(TASKS)
     rows_by_limit = {}
     for limit in (1, 9, 23):
@@ -245,17 +278,17 @@ def test_cut_rows_are_completed_into_valid_calls(loaded):
             assert reply.ids == row + reply.added and len(row) == limit
             states = walk(proc.grammar, proc.grammar.start, reply.ids)
             assert states[-1] == proc.grammar.done_state and min(states) >= 0
-            cut_state = states[len(row) - 1]
-            added_bytes = sum(len(proc.grammar.token_bytes[t]) for t in reply.added)
-            assert (len(reply.added) - 1, added_bytes) == reference[cut_state]
+            check_completion(g, reference, states[len(row) - 1], reply.added[:-1])
             assert reply.text == proc.tokenizer.decode(reply.ids)
     for short, long in ((1, 9), (9, 23)):
         assert [row[:short] for row in rows_by_limit[long]] == rows_by_limit[short]
 
 
-def test_finished_rows_are_read_as_they_are(loaded):
-    tokenizer, model = loaded
-    proc = LogitsProcessor.from_pretrained(tokenizer, tools=TOOLS, batch_size=2, format="json", model=model)
+def test_finished_rows_are_read_as_they_are(loaded, model_dir):
+    _, model = loaded
+    proc = LogitsProcessor.from_pretrained(str(model_dir), tools={"tools": TOOLS}, batch_size=2, format="json",
+                                           model=model.config)              # a directory; the config's vocab_size
+    assert proc.grammar.vocab_size == V_MODEL and proc.tools == TOOLS
     inputs = proc.chat_inputs(TASKS[:2])
     torch.manual_seed(0)
     out = model.generate(**inputs, logits_processor=[proc], max_new_tokens=120, eos_token_id=proc.stop_ids,
@@ -272,9 +305,9 @@ def test_finished_rows_are_read_as_they_are(loaded):
         proc.replies(out[:, :-3])
 
 
-def test_shortest_completion_from_states_all_over_matches_dijkstra(loaded):
+def test_completions_from_states_all_over_are_shortest(loaded):
     """From states all over a small grammar (string cells, number digits, envelope positions), the completer's
-    tokens are legal, end complete, and cost what the reference finds."""
+    tokens are legal, end the value, in the fewest bytes (the reference's) and the fewest tokens for them."""
     tokenizer, _ = loaded
     tok = from_transformers(tokenizer)
     tools = [{"name": "f", "parameters": {"type": "object", "required": ["s", "n"], "properties": {
@@ -282,13 +315,10 @@ def test_shortest_completion_from_states_all_over_matches_dijkstra(loaded):
                                                                         "maximum": 300}}}}]
     grammar = compile_grammar(ToolRegistry.from_obj(tools), tok, format="json")
     completer = Completer(grammar)
-    reference = reference_costs(grammar)
-    assert len(reference) == grammar.num_states                        # every state can finish
-    for s in range(0, grammar.num_states - 1, 13):
-        ids = completer.tokens(s)
-        states = walk(grammar, s, ids)
-        assert (not ids and bool(grammar.final[s])) or (min(states) >= 0 and bool(grammar.final[states[-1]]))
-        assert (len(ids), sum(len(tok.token_bytes[t]) for t in ids)) == reference[s], s
+    reference = reference_bytes(grammar)
+    assert None not in reference                                       # every state can finish
+    for s in range(0, grammar.num_states, 7):
+        check_completion(grammar, reference, s, completer.tokens(s))
 
 
 def test_parse_calls_is_the_one_parser():

@@ -1,51 +1,37 @@
-"""The shortest way to finish a value in tokens: from any state of a CompiledGrammar, the fewest tokens (and among
-those, the fewest bytes) that reach a state where the value is complete, read from the token table itself.
+"""Closing a value cut short, in tokens: from any state of a CompiledGrammar, the token ids that finish it.
 
     Completer(grammar).tokens(state)  -> [id, ...]   legal one after another from `state`; the last state is final
 
-Used to close a row that a token ceiling cut mid-call (batchmask.hf: `LogitsProcessor.replies`), so that what it
-appends is exactly what the masker would have allowed, token by token, not bytes to be tokenized afterwards.
+Used to close a row that a token ceiling cut mid-call (batchmask.hf: `LogitsProcessor.replies`).
 
-How: a breadth-first search over the grammar's states, one level per token, each level one batched gather over
-the frontier's table rows (all token classes at once) and one decode of their next-state codes
-(table/next_codes.py); no step per token id and none per (state, class) pair. A token class stands for its
-shortest token with text (ties: the lowest id), so a class's byte cost is that token's length; tokens without
-text (special tokens, padding, the stop ids) never occur inside a value and are not used. Within a level, a
-state keeps the predecessor that reached it in the fewest bytes (a shortest path in tokens only passes through
-states at their BFS depth, so this is exact): fewest tokens first, fewest bytes second, then the first class in
-table order.
+What is appended is the grammar's shortest completion, `grammar.finish_bytes(state)`: the automaton's shortest
+path from the state to acceptance (automaton/tree.py, automaton/dfa.py; '?' fills a value still under its
+minimum), the one rule the generation loop's `cut` records use too, so both paths close a row alike. Those bytes
+are spelled in the fewest tokens of the vocabulary (a shortest path over the byte positions, each step one token
+whose bytes come next: lookups of the slices in a bytes -> id map, none per vocabulary entry), ties to the longest
+last token, then the lowest id. Any tokens that spell legal bytes are legal (the table is the byte automaton
+lifted to tokens), and textless ids (special tokens, padding, the stop ids) are never used; the ids are walked
+through the table all the same, and a step it refuses is an error, never a silently wrong row.
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
-
-from ..table.next_codes import decode_next
-
-CHUNK = 1 << 22          # (state, class) entries decoded at once: bounds the memory of a wide frontier
 
 
 class CompletionError(ValueError):
-    """No complete value can be reached from a state (a grammar without an accepting state after it)."""
+    """A state whose completion cannot be written in the vocabulary's tokens, or that the table refuses."""
 
 
 class Completer:
-    """Shortest completions in one grammar (the class representatives are worked out once)."""
+    """Completions in one grammar (the bytes -> id map is built once)."""
 
     def __init__(self, grammar):
         self.grammar = grammar
-        dev = grammar.device
-        V = grammar.vocab_size
-        lengths = torch.from_numpy(np.fromiter(map(len, grammar.token_bytes), dtype=np.int64, count=V)).to(dev)
-        # per class, the shortest token with text: key = length * V + id, minimised (textless ids never win)
-        big = int(lengths.max()) + 1 if V else 1
-        key = torch.where(lengths > 0, lengths, torch.full_like(lengths, big)) * V + torch.arange(V, device=dev)
-        best = torch.full((grammar.num_classes,), big * V + V, dtype=torch.int64, device=dev)
-        best.scatter_reduce_(0, grammar.token_class.long(), key, reduce="amin")
-        usable = best < big * V                                         # [C] the class has a token with text
-        self.columns = usable.nonzero().flatten()                       # [C'] the classes searched
-        self.token = (best % V)[self.columns]                           # [C'] its representative token
-        self.cost = (best // V)[self.columns]                           # [C'] that token's bytes
+        V = len(grammar.token_bytes)
+        # the lowest id of each byte string (a later duplicate, e.g. an added token that repeats a piece, loses)
+        self.ids = dict(zip(reversed(grammar.token_bytes), range(V - 1, -1, -1)))
+        self.ids.pop(b"", None)
+        self.longest = max(map(len, self.ids), default=0)
 
     def tokens(self, state: int) -> list[int]:
         """The token ids (see the module docstring) from `state` to a complete value; [] where it is complete."""
@@ -53,59 +39,34 @@ class Completer:
         state = int(state)
         if not 0 <= state < g.num_states:
             raise IndexError(f"state {state} out of range [0, {g.num_states})")
-        if state == g.done_state or bool(g.is_final([state])[0]):
-            return []
-        dev = g.device
-        seen = torch.zeros(g.num_states, dtype=torch.bool, device=dev)
-        parent = torch.full((g.num_states, 2), -1, dtype=torch.int64, device=dev)    # (state before, column)
-        seen[state] = True
-        frontier = torch.tensor([state], device=dev)                    # states first reached at this depth
-        spent = torch.zeros(1, dtype=torch.int64, device=dev)           # their bytes so far
-        while frontier.numel():
-            to, prev, col, cost = self._level(frontier, spent, seen)
-            if not to.numel():
-                break
-            seen[to] = True
-            parent[to, 0], parent[to, 1] = prev, col
-            final = g.is_final(to)
-            if bool(final.any()):
-                ends, end_cost = to[final], cost[final]
-                end = int(ends[int(torch.argmin(end_cost))])            # the first of the cheapest (ends ascend)
-                return self._path(parent, state, end)
-            frontier, spent = to, cost
-        raise CompletionError(f"state {state}: no complete value can be reached from it")
+        owed = g.finish_bytes(state)
+        ids = self.spell(owed)
+        at = torch.tensor([state], device=g.device)
+        for k, t in enumerate(ids):                     # one step per appended token (a completion is short)
+            at = g.next_state(at, [t])
+            if int(at[0]) < 0:
+                raise CompletionError(f"state {state}: the table refuses token {t} ({g.token_bytes[t]!r}) at byte "
+                                      f"{sum(len(g.token_bytes[i]) for i in ids[:k])} of the completion {owed!r}")
+        if int(at[0]) != g.done_state and not bool(g.is_final(at)[0]):
+            raise CompletionError(f"state {state}: the completion {owed!r} does not end the value")
+        return ids
 
-    def _level(self, frontier, spent, seen):
-        """The states first reached from `frontier` by one token: (states ascending, predecessor, column, bytes)."""
-        g = self.grammar
-        per = max(1, CHUNK // max(1, self.columns.numel()))
-        found = []
-        for at in range(0, frontier.numel(), per):
-            src = frontier[at:at + per]                                             # [F]
-            codes = g.row_next[g.state_row[src].long()].index_select(1, self.columns)   # [F, C']
-            nxt = decode_next(codes, src[:, None], g.targets, g.segment_start, g.segment_base)
-            ok = (nxt >= 0) & (nxt != g.done_state)
-            ok &= ~seen[nxt.clamp(min=0)]
-            f, c = ok.nonzero(as_tuple=True)
-            found.append((nxt[f, c], at + f, c))
-        to, f, c = (torch.cat(parts) for parts in zip(*found))
-        cost = spent[f] + self.cost[c]
-        if not to.numel():
-            return to, f, c, cost
-        # per target, the cheapest candidate (ties: the first found, i.e. frontier order then class order)
-        order = torch.arange(to.numel(), device=to.device)
-        states, which = torch.unique(to, return_inverse=True)                     # ascending
-        pick_key = cost * to.numel() + order
-        best = torch.full((states.numel(),), int(pick_key.max()) + 1, dtype=torch.int64, device=to.device)
-        best.scatter_reduce_(0, which, pick_key, reduce="amin")
-        pick = best % to.numel()
-        return states, frontier[f[pick]], c[pick], cost[pick]
-
-    def _path(self, parent, start: int, end: int) -> list[int]:
-        steps = parent.cpu()
-        out, s = [], end
-        while s != start:                                   # one step per token of the completion
-            prev, col = steps[s].tolist()
-            out.append(int(self.token[col]))
-            s = prev
+    def spell(self, data: bytes) -> list[int]:
+        """The fewest token ids whose bytes, one after another, are `data`."""
+        n = len(data)
+        count = [0] + [n + 1] * n                        # fewest tokens for data[:i]
+        step: list[tuple[int, int] | None] = [None] * (n + 1)     # (where the last token starts, its id)
+        for i in range(n):                               # positions of the completion, not of the vocabulary
+            if count[i] > n:
+                continue
+            for k in range(min(self.longest, n - i), 0, -1):
+                t = self.ids.get(data[i:i + k])
+                if t is not None and count[i] + 1 < count[i + k]:
+                    count[i + k], step[i + k] = count[i] + 1, (i, t)
+        if count[n] > n:
+            raise CompletionError(f"the completion {data!r} cannot be written in this vocabulary's tokens")
+        out, i = [], n
+        while i:
+            i, t = step[i]
+            out.append(t)
         return out[::-1]
