@@ -124,7 +124,8 @@ class LogitsProcessor(transformers.LogitsProcessor):
         if vocab_size is not None and model_vocab is not None and vocab_size != model_vocab:
             raise ValueError(f"vocab_size={vocab_size} but the model's config says {model_vocab}: pass one of them")
         extra = [*model_stops, *([stop_ids] if isinstance(stop_ids, int) else stop_ids or [])]
-        tok = from_transformers(tokenizer, vocab_size=vocab_size or model_vocab, stop_ids=extra)
+        tok = from_transformers(tokenizer, vocab_size=model_vocab if vocab_size is None else vocab_size,
+                                stop_ids=extra)
         registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry.from_obj(tools, source="tools")
         grammar = compile_grammar(registry, tok, format=format, max_string=max_string, options=options)
         proc = cls(grammar, batch_size, sets=sets, device=device, backend=backend, max_tokens=max_tokens)

@@ -157,6 +157,14 @@ def test_bad_tokenizers_and_sizes_are_one_line(loaded):
     with pytest.raises(TokenizerError, match=r"model has 50000 ids \(vocab_size\) but the tokenizer 50257"):
         from_transformers(tokenizer, vocab_size=50000)
 
+    with pytest.raises(TokenizerError, match=r"vocab_size must be a positive integer .*, got 0"):
+        from_transformers(tokenizer, vocab_size=0)
+    no_end = transformers.AutoTokenizer.from_pretrained(tokenizer.name_or_path)
+    no_end.eos_token = None
+    with pytest.raises(TokenizerError, match=r"names no eos_token; pass stop_ids="):
+        from_transformers(no_end)
+    assert from_transformers(no_end, stop_ids=[50256]).stop_ids == (50256,)
+
     class Slow:
         name_or_path = "slow-one"
     with pytest.raises(TokenizerError, match=r"Slow is not a fast tokenizer.*use_fast=True"):
