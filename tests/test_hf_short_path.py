@@ -20,7 +20,7 @@ from batchmask.models.tokenizer import load_tokenizer
 from batchmask.models.tokenizer_base import TokenizerError
 from batchmask.models.tokenizer_transformers import from_transformers
 from chat_fixtures import HERMES_STYLE
-from data_paths import GPT2, ROOT
+from data_paths import GPT2, QWEN2, ROOT, needs_qwen2
 from hf_fixtures import hf_model, save
 
 from batchmask import compile_grammar
@@ -136,6 +136,16 @@ def test_the_tokenizer_from_transformers_is_the_one_read_from_the_files(loaded, 
             continue
         assert text == tokenizer.decode([i], clean_up_tokenization_spaces=False), i
     assert ours.encode("get_weather(Paris)") == tokenizer("get_weather(Paris)", add_special_tokens=False).input_ids
+
+
+@needs_qwen2
+def test_qwen2_from_transformers_is_the_one_read_from_the_files():
+    """Qwen2's vocabulary with its many added special tokens: the end of turn <|im_end|> found in the chat template
+    beside the eos <|endoftext|>, as when read from the files."""
+    ours = from_transformers(transformers.AutoTokenizer.from_pretrained(QWEN2), vocab_size=151936)
+    files = load_tokenizer(QWEN2).pad_to(151936)
+    assert ours.token_bytes == files.token_bytes and ours.vocab_hash() == files.vocab_hash()
+    assert ours.stop_ids == files.stop_ids == (151643, 151645) and ours.vocab_size == 151936
 
 
 def test_added_tokens_and_the_template_end_token_count(model_dir):
