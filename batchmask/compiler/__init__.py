@@ -7,8 +7,10 @@ In: a node tree, a tokenizer, the key it depends on. Out: a CompiledGrammar, its
                     `compile_node`, and the seed's path (`compile_seed`: a native registry's linear paths)
     cache.py        the cache file format (plain tensors, loads with weights_only) and GrammarCacheError
     sets.py         grammars compiled apart joined into one table (`combine`, GrammarSet)
+    shortest.py     the tokens that finish a value from any state, shortest (`Completer`: closes a row cut short)
 
 Public names: batchmask.compiler.compiled.{CompiledGrammar, compile_node, compile_seed},
-batchmask.compiler.cache.GrammarCacheError, batchmask.compiler.sets.{GrammarSet, combine}. The user-facing
+batchmask.compiler.cache.GrammarCacheError, batchmask.compiler.sets.{GrammarSet, combine},
+batchmask.compiler.shortest.Completer. The user-facing
 entry points (`compile_grammar`, `compile_json_schema`, `compile_grammars`) are in batchmask.api.
 """
