@@ -318,14 +318,15 @@ def test_sigint_keeps_finished_lines_and_resume_completes(files, tmp_path):
     assert [json.loads(x)["index"] for x in out.read_text().splitlines()] == list(range(400))
 
 
-def test_torchrun_two_gloo_ranks_write_one_output_in_order(files, tmp_path):
+@pytest.mark.parametrize("extra", [[], ["--jump-forward"]], ids=["plain", "jump-forward"])
+def test_torchrun_two_gloo_ranks_write_one_output_in_order(files, tmp_path, extra):
     single = tmp_path / "single.jsonl"
-    assert run_cli(files, out=single) == 0
+    assert run_cli(files, *extra, out=single) == 0
     multi = tmp_path / "multi.jsonl"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
            str(29500 + os.getpid() % 1000), "-m", "batchmask", "generate", "--tasks", str(files / "tasks.txt"),
            "--checkpoint", str(files / "model.bin"), "--tokenizer", str(files / "tokenizer.bin"), "--batch-size", "4",
-           "--max-new-tokens", "24", "--quiet", "--device", "cpu", "--out", str(multi)]
+           "--max-new-tokens", "24", "--quiet", "--device", "cpu", "--out", str(multi), *extra]
     done = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     strip = lambda p: [{k: v for k, v in json.loads(x).items() if k != "seconds"} for x in p.read_text().splitlines()]
