@@ -85,7 +85,7 @@ def _generate(args, dist, taskfile, output) -> int:
     registry = load_registry(args.tools)
     from .grammar_store import plan_tasks
     from .waves import prepare_waves, run_waves, wave_table
-    plan = plan_tasks(taskfile, registry)          # every task's own "tools" validated, before the model loads
+    plan = plan_tasks(taskfile, registry, choice=run_choice(args), format=args.format)  # validated before the model
     grammar_file = None
     if args.grammar and not args.no_constrain:     # --grammar FILE read and matched to the flags, named by flag
         from .cli_grammar import GrammarFile
@@ -303,6 +303,28 @@ def _system_arg(p):
     p.add_argument("--system", help="a system message before each task (models with a chat template)")
 
 
+def _choice_args(p):
+    from ..tools.choice import DEFAULT_MAX_CALLS, MAX_CALLS_LIMIT
+    # defaults None: a run without them keeps the one-call grammar (and the fingerprint) it had before
+    p.add_argument("--tool-choice", metavar="auto|required|none|NAME",
+                   help="OpenAI's tool_choice for every task (a task's own \"tool_choice\" wins): auto (text or "
+                        "calls), required (at least one call), none (text), or a tool's name (calls to it only); "
+                        "without it and without --parallel-tool-calls/--max-calls, exactly one call")
+    p.add_argument("--parallel-tool-calls", choices=("true", "false"),
+                   help="a reply may hold 1 to --max-calls calls (true, OpenAI's default) or exactly one (false)")
+    p.add_argument("--max-calls", type=int_arg(1, MAX_CALLS_LIMIT), metavar="N",
+                   help=f"calls one reply may hold under parallel tool calls (default {DEFAULT_MAX_CALLS})")
+
+
+def run_choice(args):
+    """The run's ToolChoice from --tool-choice, --parallel-tool-calls, --max-calls (None: none of them given)."""
+    from ..tools.choice import DEFAULT_MAX_CALLS, ToolChoice
+    if args.tool_choice is None and args.parallel_tool_calls is None and args.max_calls is None:
+        return None
+    return ToolChoice.from_cli(args.tool_choice, parallel=args.parallel_tool_calls != "false",
+                               max_calls=args.max_calls or DEFAULT_MAX_CALLS)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="batchmask", description="Batched grammar-constrained tool calling.")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -331,6 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "keys) at once, several tokens a row in one forward pass (batchmask/run/jump.py)")
     _format_arg(g)
     _system_arg(g)
+    _choice_args(g)
     g.add_argument("--bytes", action="store_true", help="the seed's byte rule instead of whole UTF-8 characters")
     g.add_argument("--out", help="JSONL output (default: stdout); its settings go to OUT.run.json, and OUT.lock "
                                  "is held while the run writes")
