@@ -122,7 +122,7 @@ def parse_reply(text: str, registry: ToolRegistry, format: str = "json", request
         if choice is not None and not choice.text_ok:
             return None, [], f"tool_choice {choice.mode!r} asks for a call, got the text reply ('answer')"
         return calls[0][1]["text"], [], None
-    reason = None if choice is None else refused_calls(choice, [name for name, _ in calls], format)
+    reason = None if choice is None else refused_calls(choice, [name for name, _ in calls], format, registry)
     if reason:
         return None, [], reason
     return None, [tool_call(name, args, call_id(request_id, i)) for i, (name, args) in enumerate(calls)], None

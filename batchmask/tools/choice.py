@@ -139,9 +139,12 @@ def check_choice(choice: ToolChoice | None, registry: ToolRegistry, format: str,
         raise RegistryError(f"{where}: \"tool_choice\" is \"required\" but the task has no tools")
 
 
-def refused_calls(choice: ToolChoice, names: list[str], format: str) -> str | None:
+def refused_calls(choice: ToolChoice, names: list[str], format: str, registry: ToolRegistry) -> str | None:
     """Why calls to `names` (in order) are not a reply `choice` allows (None: they are). The grammar writes only
     allowed ones; this judges any text (the free arm's)."""
+    users = {t.name for t in callable_tools(registry, format)}
+    if format != "seed" and any(n not in users for n in names):
+        return f"{next(n for n in names if n not in users)!r} is the built-in text reply, not one of the task's tools"
     if not choice.calls_ok:
         return "tool_choice 'none' allows no call"
     if len(names) > choice.most_calls:
