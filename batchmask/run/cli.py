@@ -83,7 +83,7 @@ def _generate(args, dist, taskfile, output) -> int:
     dtype = _dtype(args.dtype, device)
     tasks = taskfile.tasks
     registry = load_registry(args.tools)
-    from .grammar_store import plan_tasks
+    from .grammar_store import plan_tasks, run_choice
     from .waves import prepare_waves, run_waves, wave_table
     plan = plan_tasks(taskfile, registry, choice=run_choice(args), format=args.format)  # validated before the model
     grammar_file = None
@@ -314,15 +314,6 @@ def _choice_args(p):
                    help="a reply may hold 1 to --max-calls calls (true, OpenAI's default) or exactly one (false)")
     p.add_argument("--max-calls", type=int_arg(1, MAX_CALLS_LIMIT), metavar="N",
                    help=f"calls one reply may hold under parallel tool calls (default {DEFAULT_MAX_CALLS})")
-
-
-def run_choice(args):
-    """The run's ToolChoice from --tool-choice, --parallel-tool-calls, --max-calls (None: none of them given)."""
-    from ..tools.choice import DEFAULT_MAX_CALLS, ToolChoice
-    if args.tool_choice is None and args.parallel_tool_calls is None and args.max_calls is None:
-        return None
-    return ToolChoice.from_cli(args.tool_choice, parallel=args.parallel_tool_calls != "false",
-                               max_calls=args.max_calls or DEFAULT_MAX_CALLS)
 
 
 def build_parser() -> argparse.ArgumentParser:

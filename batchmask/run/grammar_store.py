@@ -199,6 +199,15 @@ class TaskPlan:
         return [self.registries[g] for g in used], [new[self.groups[i]] for i in indices]
 
 
+def run_choice(args):
+    """The run's ToolChoice from --tool-choice, --parallel-tool-calls, --max-calls (None: none of them given)."""
+    from ..tools.choice import DEFAULT_MAX_CALLS, ToolChoice
+    if args.tool_choice is None and args.parallel_tool_calls is None and args.max_calls is None:
+        return None
+    return ToolChoice.from_cli(args.tool_choice, parallel=args.parallel_tool_calls != "false",
+                               max_calls=args.max_calls or DEFAULT_MAX_CALLS)
+
+
 def plan_tasks(taskfile, registry: ToolRegistry, options=None, choice=None, format: str = "seed") -> TaskPlan:
     """Parse every task's own "tools" (any form --tools accepts) or "schema" (batchmask.run.schema_task) once per
     distinct value, under the run's tool `choice` (batchmask.tools.choice.ToolChoice; None: one call) and the
