@@ -331,3 +331,22 @@ def test_prompt_equals_transformers_with_the_users_tools(tmp_path, template):
             messages = [{"role": "user", "content": task}] if isinstance(task, str) else task
             want = theirs.apply_chat_template(messages, tools=typed, add_generation_prompt=True, tokenize=False)
             assert render_prompt(reg.with_choice(choice), task, ours) == want
+
+
+def test_compile_with_a_tool_choice_and_generate_with_its_file(files, tmp_path, capsys, registry):
+    """`compile --tool-choice` writes that choice's grammar; `generate --grammar` takes it only under the same."""
+    g = tmp_path / "g.pt"
+    assert main(["compile", "--tools", str(files / "tools.json"), "--tokenizer", str(files / "tokenizer.bin"),
+                 "--format", "json", "--max-string", str(MAX_STRING), "--tool-choice", "required", "--max-calls", "2",
+                 "--out", str(g)]) == 0
+    out = tmp_path / "o.jsonl"
+    tasks = [{"task": f"y{i}"} for i in range(10)]
+    capsys.readouterr()
+    assert cli(files, tasks, out, "--format", "json", "--grammar", str(g)) != 0
+    err = capsys.readouterr().err
+    assert "compiled for another --tool-choice" in err and len(err.strip().splitlines()) == 1
+    assert cli(files, tasks, out, "--format", "json", "--grammar", str(g), "--tool-choice", "required",
+               "--max-calls", "2") == 0
+    for line in out.read_text().split("\n"):
+        if line:
+            check_record(json.loads(line), registry, "json", ToolChoice("required", max_calls=2))

@@ -90,7 +90,7 @@ def _generate(args, dist, taskfile, output) -> int:
     if args.grammar and not args.no_constrain:     # --grammar FILE read and matched to the flags, named by flag
         from .cli_grammar import GrammarFile
         grammar_file = GrammarFile.read(args.grammar)
-        grammar_file.check_flags(registry, args)
+        grammar_file.check_flags(plan.registries[0], args)      # the run's tools under its --tool-choice
     model, tokenizer = load_model_and_tokenizer(args.checkpoint, args.tokenizer, device, dtype, args.max_context,
                                                 args.eos_id)
     if grammar_file is not None:
@@ -222,7 +222,11 @@ def cmd_compile(args) -> int:
     from batchmask.models.tokenizer import load_tokenizer
 
     from ..api import compile_grammar
+    from ..tools.choice import check_choice
+    from .grammar_store import run_choice
     registry = load_registry(args.tools)
+    check_choice(run_choice(args), registry, args.format, "--tool-choice")
+    registry = registry.with_choice(run_choice(args))
     tok_path = args.tokenizer or (DEFAULT_DIR / "tokenizer.model")
     if not Path(tok_path).exists():
         raise ValueError(f"tokenizer not found: {tok_path}")
@@ -372,6 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--max-string", type=int_arg(1, limits.MAX_STRING), default=256,
                    help=f"byte cap of one argument value (default 256, at most {limits.MAX_STRING})")
     c.add_argument("--bytes", action="store_true", help="the seed's byte rule instead of whole UTF-8 characters")
+    _choice_args(c)
     _format_arg(c)
     c.add_argument("--device", default="cpu")
     c.add_argument("--out", help="cache file to write")
