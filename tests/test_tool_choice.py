@@ -350,3 +350,18 @@ def test_compile_with_a_tool_choice_and_generate_with_its_file(files, tmp_path, 
     for line in out.read_text().split("\n"):
         if line:
             check_record(json.loads(line), registry, "json", ToolChoice("required", max_calls=2))
+
+
+@pytest.mark.parametrize("fmt, label", [("json", "auto"), ("hermes", "required"), ("seed", "named")])
+def test_choices_hold_under_jump_forward(tok, registry, fmt, label):
+    choice = CHOICES[label]
+    reg = registry.with_choice(choice)
+    grammar = compile_grammar(reg, tok, format=fmt, max_string=MAX_STRING)
+    for seed in range(2):
+        out = []
+        config = GenerationConfig(batch_size=8, max_new_tokens=CEILING, temperature=1.0, seed=seed, format=fmt,
+                                  jump_forward=True)
+        BatchGenerator(random_model(tok.vocab_size, seed=seed + 40), tok, reg, grammar, config).run(
+            [f"j{i}" for i in range(16)], on_result=out.append)
+        for r in out:
+            check_record(r.record(), reg, fmt, choice)
