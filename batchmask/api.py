@@ -17,6 +17,7 @@ import json
 import os
 from typing import TYPE_CHECKING
 
+from .tools.choice import reply_key, reply_node
 from .tools.envelope import get_envelope, is_typed, registry_key, registry_node
 from .tools.registry import RegistryError, ToolRegistry
 
@@ -43,8 +44,19 @@ def call_grammar_key(registry: ToolRegistry, format: str = "seed", max_string: i
     if options is None and any(is_typed(t) for t in registry):
         from .schema.build import SchemaOptions
         options = SchemaOptions()
-    return {"grammar": "call", "format": format, "registry": registry_key(registry), "max_string": max_string,
-            "utf8": bool(utf8), "options": _options_key(options)}
+    key = {"grammar": "call", "format": format, "registry": registry_key(registry), "max_string": max_string,
+           "utf8": bool(utf8), "options": _options_key(options)}
+    if getattr(registry, "choice", None) is not None:        # tool_choice / parallel calls: another grammar
+        key["choice"] = reply_key(registry.choice)
+    return key
+
+
+def call_node(registry: ToolRegistry, format: str = "seed", max_string: int = 256, options=None):
+    """The grammar tree of a reply to `registry`'s tools: under its tool_choice (batchmask.tools.choice) if it
+    carries one, else one call to any of its tools (batchmask.tools.envelope.registry_node)."""
+    if getattr(registry, "choice", None) is not None:
+        return reply_node(registry, format, max_string, options, registry.choice)
+    return registry_node(registry, format, max_string, options)
 
 
 def schema_grammar_key(schema, options=None) -> dict:
@@ -59,7 +71,7 @@ def schema_grammar_key(schema, options=None) -> dict:
 
 def uses_seed_path(registry: ToolRegistry, format: str) -> bool:
     """The seed format on a registry of native tools only: the compiler's original path."""
-    return format == "seed" and not any(is_typed(t) for t in registry)
+    return format == "seed" and not any(is_typed(t) for t in registry) and getattr(registry, "choice", None) is None
 
 
 def _seed_path(compiler):
@@ -84,7 +96,7 @@ def compile_grammar(registry: ToolRegistry, tokenizer: BaseTokenizer, *, format:
     from .compiler import compiled as compiler
     if uses_seed_path(registry, format):
         return _seed_path(compiler)(registry, tokenizer, max_string=max_string, utf8=utf8, device=device)
-    node = registry_node(registry, format, max_string, options)
+    node = call_node(registry, format, max_string, options)
     key = call_grammar_key(registry, format, max_string, utf8, options)
     return compiler.compile_node(node, tokenizer, utf8=utf8, key=key, device=device)
 
@@ -147,7 +159,7 @@ def grammars_key(keys: list) -> dict:
 def item_node(item, format: str, max_string: int, utf8: bool, options):
     """The grammar tree of a tool set (ToolRegistry) in `format`, or of a bare-schema task."""
     if isinstance(item, ToolRegistry):
-        return registry_node(item, format, max_string, options)
+        return call_node(item, format, max_string, options)
     if not utf8:
         raise ValueError(f"{getattr(item, 'source', '<schema>')}: a schema task is UTF-8; it cannot share a table "
                          f"with tool sets compiled byte by byte (--bytes)")

@@ -89,14 +89,14 @@ def _generate(args, dist, taskfile, output) -> int:
     dtype = _dtype(args.dtype, device)
     tasks = taskfile.tasks
     registry = load_registry(args.tools)
-    from .grammar_store import plan_tasks
+    from .grammar_store import plan_tasks, run_choice
     from .waves import prepare_waves, run_waves, wave_table
-    plan = plan_tasks(taskfile, registry)          # every task's own "tools" validated, before the model loads
+    plan = plan_tasks(taskfile, registry, choice=run_choice(args), format=args.format)  # validated before the model
     grammar_file = None
     if args.grammar and not args.no_constrain:     # --grammar FILE read and matched to the flags, named by flag
         from .cli_grammar import GrammarFile
         grammar_file = GrammarFile.read(args.grammar)
-        grammar_file.check_flags(registry, args)
+        grammar_file.check_flags(plan.registries[0], args)      # the run's tools under its --tool-choice
     model, tokenizer = load_model_and_tokenizer(args.checkpoint, args.tokenizer, device, dtype, args.max_context,
                                                 args.eos_id)
     if grammar_file is not None:
@@ -228,7 +228,11 @@ def cmd_compile(args) -> int:
     from batchmask.models.tokenizer import load_tokenizer
 
     from ..api import compile_grammar
+    from ..tools.choice import check_choice
+    from .grammar_store import run_choice
     registry = load_registry(args.tools)
+    check_choice(run_choice(args), registry, args.format, "--tool-choice")
+    registry = registry.with_choice(run_choice(args))
     tok_path = args.tokenizer or (DEFAULT_DIR / "tokenizer.model")
     if not Path(tok_path).exists():
         raise ValueError(f"tokenizer not found: {tok_path}")
@@ -304,6 +308,19 @@ def _system_arg(p):
                    "JSONL task's own messages, with a warning if they hold one)")
 
 
+def _choice_args(p):
+    from ..tools.choice import DEFAULT_MAX_CALLS, MAX_CALLS_LIMIT
+    # defaults None: a run without them keeps the one-call grammar (and the fingerprint) it had before
+    p.add_argument("--tool-choice", metavar="auto|required|none|NAME",
+                   help="OpenAI's tool_choice for every task (a task's own \"tool_choice\" wins): auto (text or "
+                        "calls), required (at least one call), none (text), or a tool's name (calls to it only); "
+                        "without it and without --parallel-tool-calls/--max-calls, exactly one call")
+    p.add_argument("--parallel-tool-calls", choices=("true", "false"),
+                   help="a reply may hold 1 to --max-calls calls (true, OpenAI's default) or exactly one (false)")
+    p.add_argument("--max-calls", type=int_arg(1, MAX_CALLS_LIMIT), metavar="N",
+                   help=f"calls one reply may hold under parallel tool calls (default {DEFAULT_MAX_CALLS})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="batchmask", description="Batched grammar-constrained tool calling.")
     ap.add_argument("--version", action=_Version, help="print the installed version and exit")
@@ -335,6 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "keys) at once, several tokens a row in one forward pass (batchmask/run/jump.py)")
     _format_arg(g)
     _system_arg(g)
+    _choice_args(g)
     g.add_argument("--bytes", action="store_true", help="the seed's byte rule instead of whole UTF-8 characters")
     g.add_argument("--out", help="JSONL output (default: stdout); its settings go to OUT.run.json, and OUT.lock "
                                  "is held while the run writes")
@@ -362,6 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--max-string", type=int_arg(1, limits.MAX_STRING), default=256,
                    help=f"byte cap of one argument value (default 256, at most {limits.MAX_STRING})")
     c.add_argument("--bytes", action="store_true", help="the seed's byte rule instead of whole UTF-8 characters")
+    _choice_args(c)
     _format_arg(c)
     c.add_argument("--device", default="cpu", help="where the table is built and checked: cpu, cuda or cuda:N")
     c.add_argument("--out", help="cache file to write")

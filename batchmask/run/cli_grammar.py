@@ -153,7 +153,8 @@ class GrammarFile:
             raise ValueError(f"--grammar {self.path}: holds a {short(kind, 30)} grammar, not one tool set's call "
                              "grammar (what `batchmask compile` writes)")
         seed = kind == "seed"
-        return {"--format": "seed" if seed else key.get("format"), "--tools": [kind, key.get("registry")],
+        return {"--tool-choice": key.get("choice"), "--format": "seed" if seed else key.get("format"),
+                "--tools": [kind, key.get("registry")],
                 "--max-string": key.get("max_string"), "--bytes": not self.meta.get("utf8", True),
                 "options": None if seed else key.get("options")}
 
@@ -164,7 +165,9 @@ class GrammarFile:
         from ..tools.envelope import registry_key
         fmt, utf8 = args.format, not args.bytes
         seed = api.uses_seed_path(registry, fmt)
-        run = {"--format": fmt,
+        choice = getattr(registry, "choice", None)       # first: a file without one was compiled on another path
+        run = {"--tool-choice": None if choice is None else api.call_grammar_key(registry, fmt)["choice"],
+               "--format": fmt,
                "--tools": ["seed", registry.grammar_key()] if seed else ["call", registry_key(registry)],
                "--max-string": args.max_string, "--bytes": not utf8,
                "options": None if seed else api.call_grammar_key(registry, fmt, args.max_string, utf8)["options"]}

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from ..masker import BatchMasker, sample_unmasked
-from ..tools.prompt import encode_prompt, parse_call, task_text
+from ..tools.calls import reply_fields
+from ..tools.prompt import encode_prompt, task_text
 from ..tools.registry import ToolRegistry
 from .limits import check_batch_fits, reduce_seed, task_seed
 from .schema_task import SchemaTask
@@ -66,9 +67,13 @@ class Result:
     token_ids: list[int] | None = None
     raw: bytes = b""                 # the exact bytes written (text is their UTF-8 decoding)
     steps: int | None = None         # forward passes that chose a token (None: one per token)
+    content: str | None = None       # OpenAI's message fields (batchmask.tools.calls.reply_fields)
+    tool_calls: list = field(default_factory=list)
+    finish_reason: str = "stop"
 
     def record(self) -> dict:
         return {"index": self.index, "task": self.task, "text": self.text, "call": self.call, "error": self.error,
+                "content": self.content, "tool_calls": self.tool_calls, "finish_reason": self.finish_reason,
                 "tokens": self.tokens, "steps": self.tokens if self.steps is None else self.steps, "cut": self.cut,
                 "seconds": round(self.seconds, 4)}
 
@@ -248,11 +253,15 @@ class BatchGenerator:
             cut = True
         text = data.decode("utf-8", errors="replace")
         registry = registry or self.registry
-        call, error = registry.parse(text) if isinstance(registry, SchemaTask) else \
-            parse_call(text, registry, format=self.config.format)
+        if isinstance(registry, SchemaTask):      # structured output: the value is the message's content
+            call, error = registry.parse(text)
+            reply = {"content": text, "tool_calls": [], "finish_reason": "stop" if ended else "length"}
+        else:
+            reply = reply_fields(text, registry, self.config.format, index, ended)
+            call, error = reply.pop("call"), reply.pop("error")
         counts = self.counts[slot, :n].tolist() if self.config.record_counts else None
         return Result(index, task_text(task), text, call, error, n, cut, time.perf_counter() - started, counts, ids,
-                      data, steps=int(self.n_steps[slot]))
+                      data, steps=int(self.n_steps[slot]), **reply)
 
     # --- the loop --------------------------------------------------------------------------------
     def run(self, tasks: list[str], indices: list[int] | None = None,

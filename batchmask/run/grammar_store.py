@@ -199,24 +199,46 @@ class TaskPlan:
         return [self.registries[g] for g in used], [new[self.groups[i]] for i in indices]
 
 
-def plan_tasks(taskfile, registry: ToolRegistry, options=None) -> TaskPlan:
+def run_choice(args):
+    """The run's ToolChoice from --tool-choice, --parallel-tool-calls, --max-calls (None: none of them given)."""
+    from ..tools.choice import DEFAULT_MAX_CALLS, ToolChoice
+    if args.tool_choice is None and args.parallel_tool_calls is None and args.max_calls is None:
+        return None
+    return ToolChoice.from_cli(args.tool_choice, parallel=args.parallel_tool_calls != "false",
+                               max_calls=args.max_calls or DEFAULT_MAX_CALLS)
+
+
+def plan_tasks(taskfile, registry: ToolRegistry, options=None, choice=None, format: str = "seed") -> TaskPlan:
     """Parse every task's own "tools" (any form --tools accepts) or "schema" (batchmask.run.schema_task) once per
-    distinct value; a bad one is refused naming its task file line and task number."""
-    plan = TaskPlan([registry], [], [None])
+    distinct value, under the run's tool `choice` (batchmask.tools.choice.ToolChoice; None: one call) and the
+    task's own "tool_choice" / "parallel_tool_calls" (`taskfile.choices`); a bad one is refused naming its task
+    file line and task number."""
+    from ..tools.choice import check_choice, resolve_choice
+    check_choice(choice, registry, format, getattr(registry, "source", "--tools"))
+    plan = TaskPlan([registry.with_choice(choice)], [], [None])
     seen: dict[str, int] = {}
-    tools = getattr(taskfile, "tools", None) or [None] * len(taskfile.tasks)
-    schemas = getattr(taskfile, "schemas", None) or [None] * len(taskfile.tasks)
-    for i, (obj, schema) in enumerate(zip(tools, schemas)):
-        if obj is None and schema is None:
+    n = len(taskfile.tasks)
+    tools = getattr(taskfile, "tools", None) or [None] * n
+    schemas = getattr(taskfile, "schemas", None) or [None] * n
+    choices = getattr(taskfile, "choices", None) or [None] * n
+    for i, (obj, schema, fields) in enumerate(zip(tools, schemas, choices)):
+        fields = {} if schema is not None or fields is None else fields     # a schema task makes no calls
+        if obj is None and schema is None and not fields:
             plan.groups.append(0)
             continue
-        text = json.dumps([obj, schema], ensure_ascii=False, separators=(",", ":"))
+        text = json.dumps([obj, schema, fields], ensure_ascii=False, sort_keys=True, separators=(",", ":"))
         if text not in seen:
-            where = f"{taskfile.name} line {taskfile.lines[i]} (task {i}) \"{'tools' if schema is None else 'schema'}\""
+            what = "tools" if obj is not None else "schema" if schema is not None else "tool_choice"
+            where = f"{taskfile.name} line {taskfile.lines[i]} (task {i}) \"{what}\""
             if obj is not None and schema is not None:
                 raise RegistryError(f"{where}: a task has \"tools\" or a \"schema\", not both")
-            reg = ToolRegistry.from_obj(obj, source=where, options=options) if schema is None else \
-                SchemaTask(schema, where, options)
+            if schema is not None:
+                reg = SchemaTask(schema, where, options)
+            else:
+                base = registry if obj is None else ToolRegistry.from_obj(obj, source=where, options=options)
+                own = resolve_choice(choice, fields, where)
+                check_choice(own, base, format, where)
+                reg = base.with_choice(own)
             seen[text] = len(plan.registries)
             plan.registries.append(reg)
             plan.where.append(where)
@@ -232,10 +254,9 @@ def run_grammars(args, plan: TaskPlan, todo: list[int], tokenizer, device):
     regs, groups = plan.for_tasks(todo)
     where = [plan.where[plan.registries.index(r)] for r in regs]
     if args.no_constrain:            # the free arm compiles nothing: check the format and the schemas here
-        from ..tools.envelope import registry_node
         for k, reg in enumerate(regs):
             if not isinstance(reg, SchemaTask):          # a schema was checked when its task was read
-                _named(where[k], registry_node, reg, args.format, args.max_string)
+                _named(where[k], api.call_node, reg, args.format, args.max_string)
         return None, regs, groups
     store = GrammarStore(tokenizer, format=args.format, max_string=args.max_string, utf8=not args.bytes,
                          device=device, cache_dir=cache_dir_of(getattr(args, "grammar_cache", None)))

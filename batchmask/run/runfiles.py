@@ -61,6 +61,7 @@ def _decode(raw: bytes, name: str) -> str:
 
 # --- task files -----------------------------------------------------------------------------------
 TASK_FORMATS = ("auto", "text", "jsonl")
+CHOICE_FIELDS = ("tool_choice", "parallel_tool_calls")   # a task's own tool choice (batchmask.tools.choice)
 MAX_TASK_TOKENS = 1 << 31                       # sanity cap of a JSONL "max_new_tokens"; the model's context
                                                 # is checked once it is loaded (check_task_limits)
 
@@ -82,6 +83,9 @@ class TaskFile:
     # JSONL "schema" per task (its answer is one JSON value of that schema; batchmask.run.schema_task), None elsewhere;
     # empty when no line has any
     schemas: list = field(default_factory=list)
+    # JSONL "tool_choice" / "parallel_tool_calls" per task ({field: value} of those it gives; None where it gives
+    # neither, batchmask.tools.choice.resolve_choice); empty when no line has any
+    choices: list = field(default_factory=list)
 
     def key(self) -> str:
         """sha256 of the tasks, their ceilings and their messages, in order (what the results depend on, not the
@@ -93,6 +97,8 @@ class TaskFile:
             rows = [[*r, x] for r, x in zip(rows, self.tools)]
         if any(x is not None for x in self.schemas):
             rows = [[*r, {"schema": x}] for r, x in zip(rows, self.schemas)]
+        if any(x is not None for x in self.choices):
+            rows = [[*r, {"choice": x}] for r, x in zip(rows, self.choices)]
         blob = json.dumps(rows, ensure_ascii=False)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
@@ -169,7 +175,7 @@ def read_tasks(path: str, fmt: str = "auto") -> TaskFile:
                                        f"fix the line or pass --tasks-format text|jsonl")
     if fmt == "text":
         return TaskFile(name, "text", [ln.strip() for _, ln in lines], [None] * len(lines), [n for n, _ in lines])
-    tasks, limits, convos, tools, schemas = [], [], [], [], []
+    tasks, limits, convos, tools, schemas, choices = [], [], [], [], [], []
     for n, ln in lines:
         try:
             obj = json.loads(ln)
@@ -201,10 +207,13 @@ def read_tasks(path: str, fmt: str = "auto") -> TaskFile:
         if schemas[-1] is not None and not isinstance(schemas[-1], dict):
             raise RunFileError(f"{name} line {n}: \"schema\" must be a JSON Schema object, got "
                                f"{type(schemas[-1]).__name__}")
+        own = {k: obj[k] for k in CHOICE_FIELDS if obj.get(k) is not None}      # checked by plan_tasks
+        choices.append(own or None)
     return TaskFile(name, "jsonl", tasks, limits, [n for n, _ in lines],
                     convos if any(c is not None for c in convos) else [],
                     tools if any(x is not None for x in tools) else [],
-                    schemas if any(x is not None for x in schemas) else [])
+                    schemas if any(x is not None for x in schemas) else [],
+                    choices if any(x is not None for x in choices) else [])
 
 
 def _messages(obj: dict, name: str, n: int) -> list | None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+from .choice import TEXT_END, is_text_reply, refused_calls
 from .envelope import CallError, Envelope, get_envelope, no_repeated_keys
 from .prompt import parse_call
 from .registry import ANSWER, ToolRegistry
@@ -97,8 +98,16 @@ def parse_reply(text: str, registry: ToolRegistry, format: str = "json", request
     """(content, tool_calls, reason) for one generated text.
 
     A valid call (or several): content None, the calls in OpenAI's shape. A seed-format call to `answer`: its
-    text as content, no call. Anything else: content None, no calls, and the reason it is not a call."""
+    text as content, no call. Under the registry's tool_choice (batchmask.tools.choice) a text reply, where the
+    choice allows one, is content (without the line end that closes it), and calls the choice does not allow
+    (too many, another function, any under "none") are refused with the reason. Anything else: content None,
+    no calls, and the reason it is not a call."""
     env = get_envelope(format)
+    choice = getattr(registry, "choice", None)
+    if choice is not None and is_text_reply(text, format):
+        if not choice.text_ok:
+            return None, [], f"tool_choice {choice.mode!r} asks for a call, got text"
+        return text[:-len(TEXT_END)] if text.endswith(TEXT_END) else text, [], None
     try:
         pieces = split_calls(text, env)
     except CallError as e:
@@ -110,7 +119,12 @@ def parse_reply(text: str, registry: ToolRegistry, format: str = "json", request
             return None, [], (f"call {index}: {reason}" if len(pieces) > 1 else reason)
         calls.append((call[env.name_key], call[env.args_key]))
     if format == "seed" and len(calls) == 1 and calls[0][0] == ANSWER.name:
+        if choice is not None and not choice.text_ok:
+            return None, [], f"tool_choice {choice.mode!r} asks for a call, got the text reply ('answer')"
         return calls[0][1]["text"], [], None
+    reason = None if choice is None else refused_calls(choice, [name for name, _ in calls], format, registry)
+    if reason:
+        return None, [], reason
     return None, [tool_call(name, args, call_id(request_id, i)) for i, (name, args) in enumerate(calls)], None
 
 
@@ -124,3 +138,24 @@ def parse_calls(texts, registry: ToolRegistry, format: str = "json", request_ids
     if len(ids) != len(texts):
         raise ValueError(f"parse_calls: {len(texts)} texts but {len(ids)} request ids")
     return [parse_reply(t, registry, format, rid, max_string)[1] for t, rid in zip(texts, ids)]
+
+
+def reply_fields(text: str, registry: ToolRegistry, format: str = "json", request_id=0, ended: bool = True,
+                 max_string: int | None = None) -> dict:
+    """A result record's reply fields for one generated text: the OpenAI message's `content` and `tool_calls`,
+    `finish_reason` ("length" when the token ceiling ended the row, else "tool_calls" or "stop"), and the
+    older `call` / `error`. Without a tool_choice `call` is the one call parse_call reads; with one, the first
+    call (envelope keys) or, in the seed format, the `answer` call of a text reply."""
+    content, calls, reason = parse_reply(text, registry, format, request_id, max_string)
+    if getattr(registry, "choice", None) is None:
+        call, error = parse_call(text, registry, max_string=max_string, format=format)
+    else:
+        env = get_envelope(format)
+        call, error = None, reason
+        if calls:
+            fn = calls[0]["function"]
+            call = {env.name_key: fn["name"], env.args_key: json.loads(fn["arguments"])}
+        elif content is not None and format == "seed":
+            call = {env.name_key: ANSWER.name, env.args_key: {"text": content}}
+    finish = "length" if not ended else "tool_calls" if calls else "stop"
+    return {"call": call, "error": error, "content": content, "tool_calls": calls, "finish_reason": finish}

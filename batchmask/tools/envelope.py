@@ -170,9 +170,20 @@ def registry_node(registry: ToolRegistry, format: str = "seed", max_string: int 
         from ..schema.build import SchemaOptions
         options = SchemaOptions()
     source = getattr(registry, "source", "<registry>")
+    return Alt(tuple(tool_call_node(t, env, max_string, options, source) for t in legacy_tools(registry, format)))
+
+
+def tool_call_node(tool: Tool, env: Envelope, max_string: int, options, source: str = "<registry>"):
+    """One call to `tool` in `env`'s format."""
     # flat Seqs of joined literals: a native tool's call is then one linear Lit/Str path, as the seed's
-    return Alt(tuple(seq(Lit(env.head(t.name)), args_node(t, env, max_string, options, source), Lit(env.tail()))
-                     for t in registry))
+    return seq(Lit(env.head(tool.name)), args_node(tool, env, max_string, options, source), Lit(env.tail()))
+
+
+def legacy_tools(registry: ToolRegistry, format: str) -> list[Tool]:
+    """The tools of the one-call grammar (no tool_choice given): every tool in the seed format (the built-in
+    `answer` is its text reply); in the others the user's own (the built-in `answer` is never shown to their
+    chat templates, so never called), or `answer` alone when the registry has nothing else."""
+    return list(registry) if format == "seed" else (registry.user_tools or list(registry))
 
 
 def native_args_schema(tool: Tool, max_string: int) -> dict:
@@ -190,7 +201,7 @@ def call_schema(registry: ToolRegistry, format: str = "seed", max_string: int = 
     """The JSON Schema of a call's JSON body in `format` (for validators and other engines): one branch per tool."""
     env = get_envelope(format)
     branches = []
-    for t in registry:
+    for t in legacy_tools(registry, format):
         args = t.parameters if is_typed(t) else native_args_schema(t, max_string)
         branches.append({"type": "object", "properties": {env.name_key: {"const": t.name}, env.args_key: args},
                          "required": [env.name_key, env.args_key], "additionalProperties": False})

@@ -89,9 +89,10 @@ def chat_messages(task, system: str | None = None) -> list[dict]:
 
 def tool_schemas(registry: ToolRegistry) -> list[dict]:
     """The tools as a chat template takes them (transformers' `tools=`): each typed tool's entry exactly as its
-    file gives it (Tool.source); a native tool (and the built-in `answer`) as an OpenAI function object."""
+    file gives it (Tool.source); a native tool as an OpenAI function object. Exactly the user's tools: the
+    built-in `answer` the registry adds is not listed (ToolRegistry.user_tools)."""
     out = []
-    for tool in registry:
+    for tool in registry.user_tools:
         if tool.typed and tool.source is not None:
             out.append(tool.source)
             continue

@@ -19,6 +19,7 @@ has nothing better to do can still reply in a well-formed call.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from collections.abc import Iterable, Iterator
@@ -229,6 +230,22 @@ class ToolRegistry:
     @property
     def names(self) -> list[str]:
         return [t.name for t in self.tools]
+
+    @property
+    def user_tools(self) -> list[Tool]:
+        """The tools but the built-in `answer` the registry adds itself (a file's own `answer` stays)."""
+        return [t for t in self.tools if t is not ANSWER]
+
+    # tool_choice / parallel_tool_calls (batchmask.tools.choice.ToolChoice); None: the one-call grammar
+    choice = None
+
+    def with_choice(self, choice) -> ToolRegistry:
+        """The same tools under `choice`: its own grammar, and its replies read as `choice` allows."""
+        if choice is self.choice:
+            return self
+        out = copy.copy(self)
+        out.choice = choice
+        return out
 
     def to_obj(self) -> dict:
         """A registry file's object: native tools in the native form, typed ones as their source entry."""
