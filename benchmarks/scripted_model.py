@@ -160,7 +160,8 @@ def reference_calls(registry, envelope, n: int, seed: int = 0) -> list[tuple[str
 
     from batchmask.tools.envelope import native_args_schema
     rng = random.Random(seed)
-    tools = list(registry.tools)
+    # the tools a call may name: the user's (the seed form also writes its built-in `answer` as a call)
+    tools = list(registry.tools) if envelope.format == "seed" else list(registry.user_tools)
     out = []
     for i in range(n):
         tool = tools[i % len(tools)]
