@@ -62,36 +62,40 @@ class VocabTrie:
         return cls(levels, first)
 
 
-def _runs(at: np.ndarray, n: np.ndarray):
-    """(owner [sum n], at[owner] + rank within its run): every index of every run [at, at + n)."""
-    owner = np.repeat(np.arange(len(n)), n)
-    rank = np.arange(len(owner)) - np.repeat(np.cumsum(n) - n, n)
-    return owner, at[owner] + rank
+def _spread(at: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Every index of every run [at[i], at[i] + n[i]), run after run: one repeat and one add."""
+    total = int(n.sum())
+    start = np.cumsum(n) - n
+    return np.repeat(at - start, n) + np.arange(total, dtype=at.dtype)
 
 
 def walk(trie: VocabTrie, delta: np.ndarray, byte_class: np.ndarray, src: np.ndarray, byte: np.ndarray,
          after: np.ndarray):
     """Every token that starts with byte[i], fed from state after[i] (byte table delta [Sc, K], -1 illegal,
-    byte_class [256]) past its first byte: (i, token, state after its last byte) for those that live,
-    as int64 arrays; i is returned as src[i]. One step per trie level over the live (pair, prefix) pairs."""
+    byte_class [256]) past its first byte: (src[i], token, state after its last byte) for those that live,
+    as int64 arrays. One step per trie level over the live (pair, prefix) pairs; the pairs' state ids stay
+    in delta's dtype (the walk is memory-bound)."""
     K = delta.shape[1]
+    wide = np.int64 if delta.size >= 1 << 31 else np.int32        # cur * K + class must not wrap
     flat_delta = delta.reshape(-1)
-    cls = byte_class.astype(np.int64)
+    cls = byte_class.astype(wide)
     node = trie.first[byte]
     ok = (after >= 0) & (node >= 0)
-    who, node, cur = src[ok], node[ok], after[ok].astype(np.int64)
+    who, node, cur = src[ok], node[ok], after[ok].astype(wide)
     out_src, out_tok, out_next = [], [], []
     for d, lv in enumerate(trie.levels):
-        owner, at = _runs(lv.end_at[node], lv.end_n[node])        # the tokens spelled by these prefixes end here
-        out_src.append(who[owner])
-        out_tok.append(lv.end_tok[at])
-        out_next.append(cur[owner])
+        n = lv.end_n[node]                                     # the tokens spelled by these prefixes end here
+        out_tok.append(lv.end_tok[_spread(lv.end_at[node], n)])
+        out_src.append(np.repeat(who, n))
+        out_next.append(np.repeat(cur, n))
         if d + 1 == len(trie.levels):
             break
-        owner, child = _runs(lv.child_at[node], lv.child_n[node])
-        nxt = flat_delta[cur[owner] * K + cls[trie.levels[d + 1].byte[child]]]
+        n = lv.child_n[node]
+        child = _spread(lv.child_at[node], n)
+        nxt = flat_delta[np.repeat(cur * K, n) + cls[trie.levels[d + 1].byte[child]]]
         keep = nxt >= 0
-        who, node, cur = who[owner[keep]], child[keep], nxt[keep].astype(np.int64)
+        who, node, cur = np.repeat(who, n)[keep], child[keep], nxt[keep].astype(wide)
         if not len(node):
             break
-    return tuple(np.concatenate(x) if x else np.zeros(0, dtype=np.int64) for x in (out_src, out_tok, out_next))
+    return tuple(np.concatenate(x).astype(np.int64, copy=False) if x else np.zeros(0, dtype=np.int64)
+                 for x in (out_src, out_tok, out_next))
