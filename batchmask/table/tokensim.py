@@ -1,9 +1,9 @@
-"""Tokens run through the automaton: explicit states byte by byte, value bodies by signature.
+"""Tokens run through the automaton: explicit states over the vocabulary trie, value bodies by signature.
 
 What depends on the vocabulary alone is computed once per tokenizer and kept (`prepare_vocab`,
 an in-memory cache keyed by the tokenizer's vocab_hash() and stop ids, a few entries):
 
-  * FlatVocab: every token's bytes in one flat array, and the tokens grouped by first byte;
+  * FlatVocab: every token's bytes in one flat array, and (on first use) its trie (table/trie.py);
   * per value type (grammar/values.py), each token's *signature* from every sub-state q: whether its
     bytes stay inside the value (the units they add, the sub-state they end in), stop at a byte
     the value cannot take where it may end (the position of that byte: the value ends there and
