@@ -1,5 +1,5 @@
 """tokensim.explicit_columns against the plain walk: every token fed byte by byte through the byte table from
-every explicit state (the grouping by first, second and third byte must neither lose nor invent a move)."""
+every explicit state (the walk over the vocabulary trie must neither lose nor invent a move)."""
 from __future__ import annotations
 
 import numpy as np

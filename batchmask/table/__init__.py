@@ -3,8 +3,9 @@
 In: an Automaton (batchmask.automaton) and a tokenizer's token bytes. Out: token_class [V], state_row [S],
 row_next [R, C], row_legal [R], row_final [R], targets [T], segment_start/segment_base [G] (numpy/torch arrays).
 
-    tokensim.py     tokens through the automaton (explicit states byte by byte, value bodies by signature);
+    tokensim.py     tokens through the automaton (explicit states over the trie, value bodies by signature);
                     the vocabulary-only work, cached per tokenizer (`prepare_vocab`)
+    trie.py         the vocabulary as a trie, level by level, and the explicit states' columns walked over it
     classes.py      grouping equal keys: token classes, shared rows, equal columns
     build.py        the pipeline: rows shared by shift, the target list, `build_tables`
     blocks.py       value blocks' cells -> their rows and target segments

@@ -98,40 +98,32 @@ _M1, _M2 = 0x3C6EF372FE94F82B, 0x1F83D9ABFB41BD6B      # odd 63-bit multipliers 
 
 
 def _mix(x: torch.Tensor, m: int) -> torch.Tensor:
-    x = x * m
-    x = x ^ (x >> 29)
-    x = x * 0x5851F42D4C957F2D
-    return x ^ (x >> 32)
+    x = x * m                       # a new tensor; the rest in place (these run on millions of entries)
+    x ^= x >> 29
+    x *= 0x5851F42D4C957F2D
+    x ^= x >> 32
+    return x
 
 
 def sparse_classes(item: torch.Tensor, col: torch.Tensor, val: torch.Tensor, n_items: int) -> torch.Tensor:
     """Dense class ids [n_items] grouping items with equal sparse rows {col: val} (no entries: class 0).
 
-    item/col/val int64 [P], each (item, col) at most once. Rows are hashed (two 30-bit sums of
-    mixed entries, and the entry count), then every entry is checked against its class's first
-    item, so the grouping is exact; only after a hash collision is it redone densely.
+    item/col/val int64 [P], each (item, col) at most once. Rows are hashed (the wrapping sum of one
+    mixed word per entry, two 30-bit pieces of it, and the entry count), then every entry is looked up
+    among its class's first item's entries, so the grouping is exact; only after a hash collision is it
+    redone densely.
     """
     dev = item.device
     if len(item) == 0:
         return torch.zeros(n_items, dtype=torch.int64, device=dev)
-    e = col * 0x9E3779B1 + val
-    h = torch.zeros((n_items, 3), dtype=torch.int64, device=dev)
+    x = col * 0x9E3779B1
+    x += val
+    total = torch.zeros(n_items, dtype=torch.int64, device=dev).index_add_(0, item, _mix(x, _M1))   # wraps: fine
     mask = (1 << 30) - 1
-    h[:, 0].index_add_(0, item, _mix(e, _M1) & mask)
-    h[:, 1].index_add_(0, item, _mix(e, _M2) & mask)
-    h[:, 2].index_add_(0, item, torch.ones_like(item))
-    h[:, :2] &= mask
+    h = torch.stack([total & mask, (total >> 32) & mask, torch.bincount(item, minlength=n_items)], 1)
     ids, rep = classes_of(h)
-    # exact check: entries sorted by (item, column), so an item's are a run; its class's first item has as many
-    # (the count is hashed exactly), and the k-th entries of the two runs must be the same (column, value)
-    ncol = int(col.max()) + 1
-    order = torch.argsort(item * ncol + col)
-    s_item, s_col, s_val = item[order], col[order], val[order]
-    count = h[:, 2]
-    start = torch.cumsum(count, 0) - count                                   # [n_items] first entry of each run
-    rank = torch.arange(len(item), device=dev) - start.index_select(0, s_item)
-    at = start.index_select(0, rep.index_select(0, ids.index_select(0, s_item))) + rank
-    if not (torch.equal(s_col.index_select(0, at), s_col) and torch.equal(s_val.index_select(0, at), s_val)):
+    if not _same_entries_as_first(item, col, val, ids, rep):
+        ncol = int(col.max()) + 1
         dense = torch.full((n_items, ncol), -(1 << 40), dtype=torch.int64, device=dev)
         dense[item, col] = val
         ids = torch.unique(dense, dim=0, return_inverse=True)[1]
@@ -141,6 +133,44 @@ def sparse_classes(item: torch.Tensor, col: torch.Tensor, val: torch.Tensor, n_i
         ids[none] = 0
         ids = torch.unique(ids, return_inverse=True)[1]
     return ids
+
+
+# cells of the (class, column) lookup of _same_entries_as_first, at most, and per entry checked: filling a
+# lookup much larger than the entries costs more than sorting them
+_LOOKUP_CELLS, _LOOKUP_PER_ENTRY = 1 << 24, 4
+
+
+def _same_entries_as_first(item, col, val, ids, rep) -> bool:
+    """Whether every entry (item, col, val) is also an entry of the first item of its class (rep[ids[item]]).
+
+    Items of a class have equal entry counts (hashed exactly) and each (item, col) is there once, so this
+    is equality of the entry sets. The first items' entries go into a (class, column) lookup (columns renumbered
+    to those in use when there are too many: a mark per column, not a sort), or sorted when still too large;
+    every entry is then read there: O(P) gathers, not a sort of all P entries.
+    """
+    dev = item.device
+    C = len(rep)
+    cls = ids.index_select(0, item)                                            # [P] class of each entry's item
+    first = rep.index_select(0, cls) == item                                   # [P] an entry of its class's first
+    limit = min(_LOOKUP_CELLS, _LOOKUP_PER_ENTRY * len(item) + 4096)
+    ncol = int(col.max()) + 1
+    if C * ncol > limit:                  # number the columns in use densely (a mark per column)
+        used = torch.zeros(ncol, dtype=torch.int64, device=dev)
+        used[col] = 1
+        ncol = int(used.sum())
+        col = (torch.cumsum(used, 0) - 1).index_select(0, col)
+    key = cls * ncol
+    key += col
+    if C * ncol <= limit:
+        none = torch.iinfo(torch.int64).min
+        table = torch.full((C * ncol,), none, dtype=torch.int64, device=dev)
+        table[key[first]] = val[first]
+        return torch.equal(table.index_select(0, key), val)
+    fkey, fval = key[first], val[first]
+    order = torch.argsort(fkey)
+    fkey, fval = fkey[order], fval[order]
+    at = torch.searchsorted(fkey, key).clamp_(max=len(fkey) - 1)
+    return torch.equal(fkey.index_select(0, at), key) and torch.equal(fval.index_select(0, at), val)
 
 
 def refine(base: torch.Tensor, item: torch.Tensor, col: torch.Tensor, val: torch.Tensor) -> torch.Tensor:

@@ -1,9 +1,9 @@
-"""Tokens run through the automaton: explicit states byte by byte, value bodies by signature.
+"""Tokens run through the automaton: explicit states over the vocabulary trie, value bodies by signature.
 
 What depends on the vocabulary alone is computed once per tokenizer and kept (`prepare_vocab`,
 an in-memory cache keyed by the tokenizer's vocab_hash() and stop ids, a few entries):
 
-  * FlatVocab: every token's bytes in one flat array, and the tokens grouped by first byte;
+  * FlatVocab: every token's bytes in one flat array, and (on first use) its trie (table/trie.py);
   * per value type (grammar/values.py), each token's *signature* from every sub-state q: whether its
     bytes stay inside the value (the units they add, the sub-state they end in), stop at a byte
     the value cannot take where it may end (the position of that byte: the value ends there and
@@ -26,6 +26,8 @@ import torch
 
 from ..grammar.values import ValueType
 from .classes import classes_of
+from .trie import VocabTrie
+from .trie import walk as trie_walk
 
 # Signature outcomes of a token from a value sub-state.
 DIES, STAYS, STOPS = 0, 1, 2
@@ -46,38 +48,17 @@ class FlatVocab:
         self.lengths = torch.from_numpy(lengths).to(device)                                              # [V]
         self.offset = torch.cumsum(self.lengths, 0) - self.lengths                                       # [V]
         self.max_len = int(lengths.max(initial=0))
-        # tokens grouped by their first two bytes: group 257 * b1 + b2, b2 = 256 for one-byte tokens
-        # (tokens without bytes get a group past the end)
-        second = torch.where(self.lengths > 1, self.flat[(self.offset + 1).clamp(max=len(self.flat) - 1)], 256)
-        group = torch.where(self.lengths > 0, self.flat[self.offset] * 257 + second, 256 * 257)
-        self.by_pair = torch.argsort(group, stable=True)                                                 # [V]
-        self.pair_count = torch.bincount(group, minlength=256 * 257 + 1)[:256 * 257].view(256, 257)       # [256, 257]
-        self.pair_start = (torch.cumsum(self.pair_count.reshape(-1), 0) - self.pair_count.reshape(-1)).view(256, 257)
-        # host copies for the per-compile simulation (many small ops: numpy's per-op cost is a fraction of torch's),
-        # and the non-empty groups per first byte: group k of byte b1 is pair_b2[pair_ptr[b1] + k]
+        self._token_bytes = token_bytes                            # kept for the trie (built on first use)
+        # host copies for the per-compile simulation (many small ops: numpy's per-op cost is a fraction of torch's)
         self.offset_np, self.lengths_np = self.offset.cpu().numpy(), lengths
-        self.by_pair_np = self.by_pair.cpu().numpy()
-        count = self.pair_count.cpu().numpy()
-        start = self.pair_start.cpu().numpy()
-        b1, self.pair_b2 = np.nonzero(count)                                                             # [G] each
-        self.pair_n, self.pair_at = count[b1, self.pair_b2], start[b1, self.pair_b2]                     # [G] each
-        self.pair_ptr = np.searchsorted(b1, np.arange(257))                                              # [257]
-        # within each group of two bytes or more, the tokens grouped again by their third byte (256: none):
-        # group g's subgroups are trip_b3 / trip_n / trip_at [trip_ptr[g]:trip_ptr[g + 1]] (tokens in by_trip)
-        flat, off = self.flat_np, self.offset_np
-        third = np.where(lengths > 2, flat[np.minimum(off + 2, len(flat) - 1)], 256)
-        pair_key = group.cpu().numpy()
-        key3 = np.where(lengths > 1, pair_key * 257 + third, -1)                                      # [V]
-        self.by_trip = np.argsort(key3)                      # [V] (the order inside a subgroup does not matter)
-        keys, at, n = np.unique(key3[self.by_trip], return_index=True, return_counts=True)
-        real = keys >= 0                                                                                 # two bytes+
-        keys, self.trip_at, self.trip_n = keys[real], at[real], n[real]
-        self.trip_b3 = keys % 257                                                                        # [G3]
-        g_key = b1 * 257 + self.pair_b2                                                                  # [G] sorted
-        self.trip_ptr = np.searchsorted(keys // 257, np.append(g_key, 256 * 257))                     # [G + 1]
 
     def __len__(self) -> int:
         return self.lengths.shape[0]
+
+    @cached_property
+    def trie(self) -> VocabTrie:
+        """The vocabulary's trie (table/trie.py), for the explicit states' columns; built on first use."""
+        return VocabTrie.of(self._token_bytes, self.flat_u8, self.offset_np, self.lengths_np)
 
     @cached_property
     def max_tail(self) -> np.ndarray:
@@ -248,55 +229,14 @@ def run_tokens(steps: ByteSteps, vocab: FlatVocab, start: torch.Tensor, tok: tor
 def explicit_columns(edges: torch.Tensor, steps: ByteSteps, vocab: FlatVocab):
     """Where each token leads from each explicit state, as sparse (state, token, next) triples.
 
-    edges int64 [E, 3] (src, byte, first state after the byte, in delta's ids). Only tokens whose
-    first three bytes the automaton takes from `src` are simulated: the candidates come from the
-    tokens grouped by their first two bytes, then by their third (only the groups the vocabulary
-    has), so the work is the number of live (state, group) and (state, token) pairs. Each (state,
-    token) pair at most once, in no promised order.
+    edges int64 [E, 3] (src, byte, first state after the byte, in delta's ids). The tokens starting with
+    each edge's byte are walked over the vocabulary's trie (table/trie.py): the work is the number of live
+    (edge, prefix) pairs, and a pair dies with its prefix. Each (state, token) pair at most once, in no
+    promised order.
     """
     dev = vocab.flat.device
     e = edges.cpu().numpy().astype(np.int64, copy=False).reshape(-1, 3)
-    if not len(e):
-        z = torch.zeros(0, dtype=torch.int64, device=dev)
-        return z, z, z
-    # candidate cells: (edge, one of the non-empty groups of its first byte)
-    lo, hi = vocab.pair_ptr[e[:, 1]], vocab.pair_ptr[e[:, 1] + 1]
-    n = np.where(e[:, 2] >= 0, hi - lo, 0)
-    ce = np.repeat(np.arange(len(e)), n)                                                   # [G'] edge
-    g = np.arange(len(ce)) - np.repeat(np.cumsum(n) - n, n) + lo[ce]                       # [G'] group
-    b2 = vocab.pair_b2[g]
-    after1 = e[ce, 2]
-    K = steps.delta.shape[1]
-    # the state after the second byte (a one-byte token ends after the first): -1 where it is refused
-    after2 = np.where(b2 == 256, after1, steps.delta.reshape(-1)[after1 * K + steps.byte_class[np.minimum(b2, 255)]])
-    ok = after2 >= 0
-    ce, g, after2, b2 = ce[ok], g[ok], after2[ok], b2[ok]
-    # one-byte tokens end there; the others' groups are split by their third byte, and only the subgroups the
-    # automaton takes (or whose tokens end after two bytes) are simulated further, from the fourth byte on
-    one = b2 == 256
-    cnt = vocab.pair_n[g[one]]
-    cell = np.repeat(np.flatnonzero(one), cnt)
-    rank = np.arange(len(cell)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-    tok1 = vocab.by_pair_np[vocab.pair_at[g[cell]] + rank]
-    e1, n1 = ce[cell], after2[cell]
-    two = np.flatnonzero(~one)
-    lo3, hi3 = vocab.trip_ptr[g[two]], vocab.trip_ptr[g[two] + 1]
-    n3 = hi3 - lo3
-    c3 = np.repeat(two, n3)                                                               # [G3'] candidate cell
-    t3 = np.arange(len(c3)) - np.repeat(np.cumsum(n3) - n3, n3) + np.repeat(lo3, n3)     # [G3'] subgroup
-    b3 = vocab.trip_b3[t3]
-    a2 = after2[c3]
-    after3 = np.where(b3 == 256, a2, steps.delta.reshape(-1)[a2 * K + steps.byte_class[np.minimum(b3, 255)]])
-    ok = after3 >= 0
-    c3, t3, after3 = c3[ok], t3[ok], after3[ok]
-    cnt = vocab.trip_n[t3]
-    cell = np.repeat(np.arange(len(c3)), cnt)
-    rank = np.arange(len(cell)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-    tok = vocab.by_trip[vocab.trip_at[t3][cell] + rank]                                     # [P]
-    nxt = _run(steps, vocab, after3[cell], tok, np.minimum(vocab.lengths_np[tok], 3))     # on from the fourth byte
-    keep = nxt >= 0
-    src = np.concatenate([e[e1, 0], e[ce[c3[cell]][keep], 0]])
-    out = (src, np.concatenate([tok1, tok[keep]]), np.concatenate([n1, nxt[keep]]))
+    out = trie_walk(vocab.trie, steps.delta, steps.byte_class, e[:, 0], e[:, 1], e[:, 2])
     return tuple(torch.from_numpy(np.ascontiguousarray(x, dtype=np.int64)).to(dev) for x in out)
 
 

@@ -1,0 +1,101 @@
+"""The vocabulary as a trie, level by level, and the explicit states' columns walked over it.
+
+A token's move from an explicit state depends on its bytes only, and tokens share prefixes: walking the
+trie of the vocabulary (built once per tokenizer, `VocabTrie.of`: one sort of the tokens by their bytes)
+carries one (state, prefix) pair per distinct live prefix instead of one (state, token) pair per token
+and byte, and a pair dies with its prefix. Levels are numpy arrays: level d holds the distinct prefixes
+of d + 1 bytes, sorted by (parent, byte), so a node's children are one contiguous run of the next level.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Level:
+    """The prefixes of one length d: their last byte, their children's run in level d + 1, their tokens."""
+    byte: np.ndarray           # int64 [n]: the last byte of each prefix
+    child_at: np.ndarray       # int64 [n]: index of its first child in level d + 1
+    child_n: np.ndarray        # int64 [n]: how many children it has
+    end_at: np.ndarray         # int64 [n]: index into end_tok of the first token spelled exactly so
+    end_n: np.ndarray          # int64 [n]: how many tokens are spelled exactly so (several: equal bytes)
+    end_tok: np.ndarray        # int64 [m]: those tokens, grouped by prefix
+
+
+@dataclass
+class VocabTrie:
+    levels: list               # [Level]: levels[0] holds the one-byte prefixes
+    first: np.ndarray          # int64 [256]: the one-byte prefix of each byte value in levels[0], -1 if none
+
+    @classmethod
+    def of(cls, token_bytes: list, flat: np.ndarray, offset: np.ndarray, lengths: np.ndarray) -> VocabTrie:
+        """From the vocabulary (token_bytes, and FlatVocab's flat bytes): the tokens sorted once by their
+        bytes, so that each level's (parent, byte) keys come sorted and equal ones adjacent (no sort per level)."""
+        levels = []
+        order = np.asarray(sorted(range(len(token_bytes)), key=token_bytes.__getitem__), dtype=np.int64)
+        live = order[lengths[order] > 0]                      # tokens without bytes are not in the trie
+        node = np.zeros(len(live), dtype=np.int64)            # each live token's prefix node so far (root: 0)
+        d = 0
+        while len(live):
+            key = node * 256 + flat[offset[live] + d]
+            new = np.empty(len(key), dtype=bool)
+            new[0] = True
+            np.not_equal(key[1:], key[:-1], out=new[1:])
+            node = np.cumsum(new) - 1
+            keys = key[new]
+            if levels:                                        # the parents' child runs (keys sorted by parent)
+                prev = levels[-1]
+                prev.child_n = np.bincount(keys // 256, minlength=len(prev.byte))
+                prev.child_at = np.cumsum(prev.child_n) - prev.child_n
+            n = len(keys)
+            ends = lengths[live] == d + 1
+            end_n = np.bincount(node[ends], minlength=n)      # ends come in prefix order already
+            levels.append(Level(keys % 256, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
+                                np.cumsum(end_n) - end_n, end_n, live[ends]))
+            live, node = live[~ends], node[~ends]
+            d += 1
+        first = np.full(256, -1, dtype=np.int64)
+        if levels:
+            first[levels[0].byte] = np.arange(len(levels[0].byte))
+        return cls(levels, first)
+
+
+def _spread(at: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Every index of every run [at[i], at[i] + n[i]), run after run: one repeat and one add."""
+    total = int(n.sum())
+    start = np.cumsum(n) - n
+    return np.repeat(at - start, n) + np.arange(total, dtype=at.dtype)
+
+
+def walk(trie: VocabTrie, delta: np.ndarray, byte_class: np.ndarray, src: np.ndarray, byte: np.ndarray,
+         after: np.ndarray):
+    """Every token that starts with byte[i], fed from state after[i] (byte table delta [Sc, K], -1 illegal,
+    byte_class [256]) past its first byte: (src[i], token, state after its last byte) for those that live,
+    as int64 arrays. One step per trie level over the live (pair, prefix) pairs; the pairs' state ids stay
+    in delta's dtype (the walk is memory-bound)."""
+    K = delta.shape[1]
+    wide = np.int64 if delta.size >= 1 << 31 else np.int32        # cur * K + class must not wrap
+    flat_delta = delta.reshape(-1)
+    cls = byte_class.astype(wide)
+    node = trie.first[byte]
+    ok = (after >= 0) & (node >= 0)
+    who, node, cur = src[ok], node[ok], after[ok].astype(wide)
+    out_src, out_tok, out_next = [], [], []
+    for d, lv in enumerate(trie.levels):
+        n = lv.end_n[node]                                     # the tokens spelled by these prefixes end here
+        out_tok.append(lv.end_tok[_spread(lv.end_at[node], n)])
+        out_src.append(np.repeat(who, n))
+        out_next.append(np.repeat(cur, n))
+        if d + 1 == len(trie.levels):
+            break
+        n = lv.child_n[node]
+        child = _spread(lv.child_at[node], n)
+        nxt = flat_delta[np.repeat(cur * K, n) + cls[trie.levels[d + 1].byte[child]]]
+        keep = nxt >= 0
+        who, node, cur = np.repeat(who, n)[keep], child[keep], nxt[keep].astype(wide)
+        if not len(node):
+            break
+    return tuple(np.concatenate(x).astype(np.int64, copy=False) if x else np.zeros(0, dtype=np.int64)
+                 for x in (out_src, out_tok, out_next))
