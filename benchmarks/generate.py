@@ -93,10 +93,12 @@ def length_stats(lengths: list[int], cap: int) -> dict:
 
 def run_generation(model, tokenizer, registry, grammar, tasks: list[str], batch_size: int, *, constrain: bool,
                    continuous: bool = True, max_new_tokens: int = MAX_NEW_TOKENS, temperature: float = 0.0,
-                   graphs: bool = False, backend: str = "auto", limits: list[int] | None = None) -> dict:
-    """One BatchGenerator.run over `tasks`; tokens/s, ms/step and the distribution of call lengths."""
+                   graphs: bool = False, backend: str = "auto", limits: list[int] | None = None,
+                   jump_forward: bool = False) -> dict:
+    """One BatchGenerator.run over `tasks`; tokens/s, ms/step, tokens per row step, steps per call, calls/s and
+    the distribution of call lengths."""
     config = GenerationConfig(batch_size=batch_size, max_new_tokens=max_new_tokens, temperature=temperature,
-                              seed=1, constrain=constrain, continuous=continuous)
+                              seed=1, constrain=constrain, continuous=continuous, jump_forward=jump_forward)
     if graphs and not isinstance(model, GraphedDecode):
         model = GraphedDecode(model)
     gen = BatchGenerator(model, tokenizer, registry, grammar if constrain else None, config, backend=backend)
@@ -110,9 +112,11 @@ def run_generation(model, tokenizer, registry, grammar, tasks: list[str], batch_
 
     load = os.getloadavg()[0]
     stats = gen.run(tasks, on_result=keep, limits=limits)  # run() reads back per step: its clock ends synchronised
-    return {"B": batch_size, "mode": "constrained" if constrain else "free", "continuous": continuous,
+    mode = ("constr+jump" if jump_forward else "constrained") if constrain else "free"
+    return {"B": batch_size, "mode": mode, "continuous": continuous, "jump_forward": jump_forward,
             "graphs": isinstance(model, GraphedDecode), "tasks": stats.tasks, "tokens": stats.tokens,
-            "steps": stats.steps,
+            "steps": stats.steps, "row_steps": stats.row_steps, "tokens_per_step": stats.tokens_per_step,
+            "steps_per_call": stats.row_steps / max(stats.tasks, 1), "calls_per_s": stats.tasks / stats.seconds,
             "prefill_tokens": stats.prefill_tokens, "seconds": stats.seconds, "tokens_per_s": stats.tokens_per_s,
             "ms_per_step": 1e3 * stats.seconds / max(stats.steps, 1), "valid_calls": sum(valid) / len(valid),
             "lengths": length_stats(lengths, max_new_tokens), "load": load}
@@ -210,15 +214,18 @@ def main():
                "tokenizer": tok_note, "dtype": str(dtype), "graphs": args.graphs, "compile_s": compile_s,
                "generate": [], "overhead": [], "batching": []}
 
-    print(f"\n{'generate':<10} {'B':>4} {'mode':<12} {'tasks':>5} {'tokens':>7} {'steps':>6} {'tok/s':>9} "
-          f"{'ms/step':>8} {'valid':>6} {'load':>5}")
+    # Three arms per batch size: constrained, constrained with jump-forward (forced text appended without a
+    # model step per token: tokens per row step > 1, steps per call fall) and free. `steps` counts batch steps.
+    print(f"\n{'generate':<10} {'B':>4} {'mode':<12} {'tasks':>5} {'tokens':>7} {'steps':>6} {'tok/step':>8} "
+          f"{'steps/call':>10} {'calls/s':>8} {'tok/s':>9} {'ms/step':>8} {'valid':>6} {'load':>5}")
     for B in batches:
         tasks = make_tasks(max(2 * B, 4) if not args.quick else max(B, 2))
-        for constrain in (True, False):
+        for constrain, jump in ((True, False), (True, True), (False, False)):
             r = run_generation(model, tokenizer, registry, grammar, tasks, B, constrain=constrain,
-                               max_new_tokens=sweep_tokens, graphs=args.graphs)
+                               max_new_tokens=sweep_tokens, graphs=args.graphs, jump_forward=jump)
             results["generate"].append(r)
             print(f"{'':<10} {B:>4} {r['mode']:<12} {r['tasks']:>5} {r['tokens']:>7} {r['steps']:>6} "
+                  f"{r['tokens_per_step']:>8.2f} {r['steps_per_call']:>10.1f} {r['calls_per_s']:>8.2f} "
                   f"{r['tokens_per_s']:>9.1f} {r['ms_per_step']:>8.2f} {r['valid_calls']:>6.0%} {r['load']:>5.2f}",
                   flush=True)
 
