@@ -457,3 +457,15 @@ def test_console_script_ctrl_c_during_model_load_is_one_line(tmp_path):
                   "sys.exit(main())\n", tmp_path)
     assert (proc.returncode, proc.stderr) == (130, "batchmask: interrupted\n")
     assert not (tmp_path / "o.jsonl.lock").exists()                   # the held lock is let go
+
+
+def test_sigterm_during_model_load_is_one_line(tmp_path):
+    (tmp_path / "t.txt").write_text("what is 2+2\n")
+    proc = _child("import os, signal, sys, time\nsignal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
+                  "from batchmask.console import main\nimport batchmask.run.cli as cli\n"
+                  "def load(*a, **k):\n    os.kill(os.getpid(), signal.SIGTERM)\n    time.sleep(30)\n"
+                  "cli.load_model_and_tokenizer = load\n"
+                  "sys.argv = ['batchmask', 'generate', '--tasks', 't.txt', '--out', 'o.jsonl', '--quiet']\n"
+                  "sys.exit(main())\n", tmp_path)
+    assert (proc.returncode, proc.stderr) == (143, "batchmask: terminated\n")
+    assert not (tmp_path / "o.jsonl.lock").exists()

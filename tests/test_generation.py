@@ -293,7 +293,10 @@ def _env():
     return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
 
-def test_sigint_keeps_finished_lines_and_resume_completes(files, tmp_path):
+@pytest.mark.parametrize("sig, status, word",
+                         [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
+                         ids=["sigint", "sigterm"])
+def test_a_stop_keeps_finished_lines_and_resume_completes(files, tmp_path, sig, status, word):
     tasks = tmp_path / "many.txt"
     tasks.write_text("\n".join(f"task number {i}" for i in range(400)) + "\n")
     out = tmp_path / "o.jsonl"
@@ -302,16 +305,20 @@ def test_sigint_keeps_finished_lines_and_resume_completes(files, tmp_path):
            "--max-new-tokens", "24", "--out", str(out), "--quiet"]
     # a runner may start us with SIGINT ignored (background jobs of a non-interactive shell are), which the
     # child would inherit, and Python then installs no Ctrl-C handler: give the child the default back
-    proc = subprocess.Popen(cmd, env=_env(), stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    def defaults():
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    proc = subprocess.Popen(cmd, env=_env(), stderr=subprocess.PIPE, text=True, preexec_fn=defaults)
     deadline = time.time() + 120
     while time.time() < deadline and (not out.exists() or out.read_text().count("\n") < 3):
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
+    assert proc.returncode == status, err
     kept = out.read_text().splitlines()
     assert 3 <= len(kept) < 400 and "--resume" in err
+    assert err.startswith(f"batchmask: {word}; ") and err.count("\n") == 1 and "Traceback" not in err
+    assert not list(tmp_path.glob("*.lock"))
     assert [json.loads(x)["index"] for x in kept] == list(range(len(kept)))
     done = subprocess.run(cmd + ["--resume"], env=_env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr

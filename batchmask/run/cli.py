@@ -163,13 +163,13 @@ def _generate(args, dist, taskfile, output) -> int:
     try:
         run_waves(waves, lambda w: first.pop() if first else generator(w), inputs, todo, limits, on_result,
                   progress, done)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:                       # Ctrl-C (130) or SIGTERM (143): keep what finished
         progress.close()
         sink.close()
         where = output.out_path if dist is None else f"{output.out_path}.part{dist.rank}"
-        print(f"batchmask: interrupted; {sink.count} finished results kept"
-              + (f" in {where} (rerun with --resume to continue)" if output.out_path else ""), file=sys.stderr)
-        return 130
+        interrupts.say_interrupted(f"{interrupts.word_of(stop)}; {sink.count} finished results kept"
+                                   + (f" in {where} (rerun with --resume to continue)" if output.out_path else ""))
+        return interrupts.status_of(stop)
     except Exception as e:              # e.g. an illegal token caught by masker.check(): the lines may be wrong
         sink.close()
         output.mark_failed(e)
@@ -396,9 +396,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    """Run one command; returns the exit status (0 done, 2 bad input, 130 interrupted).
+    """Run one command; returns the exit status (0 done, 2 bad input, 130 interrupted, 143 terminated).
 
-    Ctrl-C at any moment ends as 130 without a traceback (batchmask/run/interrupts.py).
+    Ctrl-C at any moment ends as 130 and SIGTERM as 143, without a traceback (batchmask/run/interrupts.py).
     """
     if argv is None:
         interrupts.install_for_program()
@@ -408,9 +408,9 @@ def main(argv=None) -> int:
         return args.func(args)
     except SystemExit as e:                    # argparse: --help (0) or a bad flag (2, its one line printed)
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
-    except KeyboardInterrupt:
-        interrupts.say_interrupted()
-        return 130
+    except KeyboardInterrupt as stop:
+        interrupts.say_interrupted(interrupts.word_of(stop))
+        return interrupts.status_of(stop)
     except BrokenPipeError:                    # `batchmask generate ... | head`: the reader left; not an error
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at interpreter exit
