@@ -310,6 +310,8 @@ def _check_weights(path, config: ModelConfig, weights: dict) -> None:
     for name, shape in shapes.items():
         if tuple(weights[name].shape) != shape:
             raise CheckpointError(path, name, f"shape {shape}", tuple(weights[name].shape))
+    for name in shapes:                        # a NaN or Inf written now would only be refused when read back
+        check_finite(path, name, weights[name])
 
 
 def _f32_bytes(t: torch.Tensor) -> bytes:

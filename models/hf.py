@@ -154,7 +154,12 @@ class HFCheckpoint:
             if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
                 raise CheckpointError(index, "weight_map", "an object of tensor name -> shard file",
                                       repr(weight_map)[:80])
+            root = self.dir.resolve()
             for name, shard in weight_map.items():
+                # a shard is a file of this directory: an index must not read `../../etc/...` or an absolute path
+                if Path(shard).is_absolute() or not (self.dir / shard).resolve().is_relative_to(root):
+                    raise CheckpointError(index, "weight_map", f"a shard file inside {self.dir} (for {name})",
+                                          repr(shard)[:120])
                 if not (self.dir / shard).is_file():
                     raise CheckpointError(index, "weight_map", f"shard file {shard} (it holds {name})",
                                           "no such file in " + str(self.dir))

@@ -3,6 +3,7 @@
 import dataclasses
 import struct
 
+import batchmask.models.checkpoint as checkpoint_module
 import numpy as np
 import pytest
 import torch
@@ -223,6 +224,18 @@ def test_writer_rejects_wrong_weights(tmp_path):
     assert not (tmp_path / "m.bin").exists()
 
 
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_writer_refuses_non_finite_weights(tmp_path, value):
+    c = CONFIGS["mha_shared"]
+    w = small_weights(c)
+    w["w1"] = w["w1"].clone()
+    w["w1"][1, 2, 3] = value
+    for version in (0, 2):
+        with pytest.raises(CheckpointError, match=r"tensor w1.*finite weights.*at index \[1, 2, 3\]"):
+            write_checkpoint(tmp_path / "m.bin", c, w, version=version)
+    assert not list(tmp_path.iterdir())                      # nothing written, not even a temporary file
+
+
 # -----------------------------------------------------------------------------
 # bad files: each raises CheckpointError naming the file and the field
 
@@ -358,7 +371,9 @@ def test_non_finite_weights_are_refused_naming_the_tensor(tmp_path, version, bad
         w = random_weights(c, seed=2)
         w[name][index] = bad
         path = tmp_path / f"{name}.bin"
-        write_checkpoint(path, c, w, version=version)
+        with pytest.MonkeyPatch.context() as m:    # a file as another tool could write it: ours refuses to
+            m.setattr(checkpoint_module, "check_finite", lambda *a: None)
+            write_checkpoint(path, c, w, version=version)
         with pytest.raises(CheckpointError) as info:
             read_checkpoint(path)
         msg = str(info.value)

@@ -180,6 +180,18 @@ def test_missing_shard(written, tmp_path):
     refused(d, "model.safetensors.index.json", shard.name, "no such file")
 
 
+@pytest.mark.parametrize("outside", ["../elsewhere.safetensors", "ABSOLUTE", "sub/../../elsewhere.safetensors"])
+def test_index_naming_a_shard_outside_the_directory(written, tmp_path, outside):
+    d = copy_of(written, "llama-sharded", tmp_path)
+    index = json.loads((d / "model.safetensors.index.json").read_text())
+    name, shard = next(iter(index["weight_map"].items()))
+    elsewhere = tmp_path / "elsewhere.safetensors"             # a real file there: refused for where it is
+    elsewhere.write_bytes((d / shard).read_bytes())
+    index["weight_map"][name] = str(elsewhere) if outside == "ABSOLUTE" else outside
+    (d / "model.safetensors.index.json").write_text(json.dumps(index))
+    refused(d, "model.safetensors.index.json", "weight_map", "a shard file inside", name)
+
+
 def test_index_naming_a_tensor_its_shard_lacks(written, tmp_path):
     d = copy_of(written, "llama-sharded", tmp_path)
     index = json.loads((d / "model.safetensors.index.json").read_text())
