@@ -136,6 +136,38 @@ def test_every_line_end_splits_tasks_and_numbers_lines_as_an_editor_does(tmp_pat
     assert read_tasks(str(p)).tasks == ["one", "two", "three", "four"]
 
 
+@pytest.mark.parametrize("line, field", [
+    ('{"task": "a \\ud800 b"}', "task"),                               # a lone high surrogate
+    ('{"messages": [{"role": "user", "content": "x\\udfff"}]}', "messages"),   # a lone low one, nested
+    ('{"task": "ok", "tools": [{"name": "f\\udc00"}]}', "tools"),
+])
+def test_a_lone_surrogate_in_a_jsonl_task_names_the_line_and_field(tmp_path, line, field):
+    p = tmp_path / "t.jsonl"
+    p.write_text('{"task": "fine \\ud83d\\ude00"}\n' + line + "\n")   # a surrogate pair is an emoji: fine
+    with pytest.raises(RunFileError) as e:
+        read_tasks(str(p))
+    msg = str(e.value)
+    assert msg.startswith(f"{p} line 2: field '{field}' holds a lone surrogate") and "\n" not in msg, msg
+    p.write_text('{"task": "fine \\ud83d\\ude00"}\n')
+    assert read_tasks(str(p)).tasks == ["fine \U0001f600"]
+
+
+def test_a_task_line_over_the_cap_is_refused_before_it_is_parsed(tmp_path, monkeypatch):
+    import json as json_module
+    monkeypatch.setattr(runfiles, "MAX_TASK_LINE", 1000)
+    parsed = []
+    real_loads = json_module.loads
+    monkeypatch.setattr(runfiles.json, "loads", lambda text, *a, **k: parsed.append(len(text)) or real_loads(text))
+    for body in ("x" * 1001, json.dumps({"task": "y" * 990})):
+        p = tmp_path / "t.txt"
+        p.write_text("short task\n" + body + "\nanother\n")
+        with pytest.raises(RunFileError, match=r"t.txt line 2: 1,00\d characters, above the 1,000 a task line"):
+            read_tasks(str(p))
+    assert all(n <= 1000 for n in parsed)                     # the long line itself was never parsed
+    p.write_text("short task\n" + "x" * 1000 + "\n")
+    assert len(read_tasks(str(p)).tasks[1]) == 1000
+
+
 def test_cli_reads_a_jsonl_task_holding_u2028_as_jsonl(files, tmp_path):
     tasks = tmp_path / "t.jsonl"
     tasks.write_text(json.dumps({"task": "say\u2028hi", "max_new_tokens": 4}, ensure_ascii=False) + "\n"

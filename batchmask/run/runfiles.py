@@ -62,6 +62,9 @@ def _decode(raw: bytes, name: str) -> str:
 # --- task files -----------------------------------------------------------------------------------
 TASK_FORMATS = ("auto", "text", "jsonl")
 CHOICE_FIELDS = ("tool_choice", "parallel_tool_calls")   # a task's own tool choice (batchmask.tools.choice)
+MAX_TASK_LINE = 4 << 20                          # characters in one task line (4 Mi: a prompt far past any context
+                                                # we run, a tool list of large schemas): a longer line is refused
+                                                # before it is parsed, so a stray blob never grows a run's memory
 MAX_TASK_TOKENS = 1 << 31                       # sanity cap of a JSONL "max_new_tokens"; the model's context
                                                 # is checked once it is loaded (check_task_limits)
 
@@ -163,6 +166,10 @@ def read_tasks(path: str, fmt: str = "auto") -> TaskFile:
     lines = [(n, ln) for n, ln in lines if ln.strip()]
     if not lines:
         raise RunFileError(f"{name}: no tasks (the file is empty)")
+    for n, ln in lines:
+        if len(ln) > MAX_TASK_LINE:
+            raise RunFileError(f"{name} line {n}: {len(ln):,} characters, above the {MAX_TASK_LINE:,} a task line "
+                               f"may hold (batchmask.run.runfiles.MAX_TASK_LINE)")
     if fmt == "auto":
         fmt = "jsonl" if _json_object(lines[0][1]) is not None else "text"
         if fmt == "text":
@@ -185,6 +192,7 @@ def read_tasks(path: str, fmt: str = "auto") -> TaskFile:
             raise RunFileError(f"{name} line {n}: JSON nested too deeply") from None
         if not isinstance(obj, dict):
             raise RunFileError(f"{name} line {n}: expected a JSON object, got {type(obj).__name__}")
+        _check_unicode(obj, name, n)
         task = obj.get("task")
         convo = _messages(obj, name, n)
         if convo is not None:
@@ -214,6 +222,23 @@ def read_tasks(path: str, fmt: str = "auto") -> TaskFile:
                     tools if any(x is not None for x in tools) else [],
                     schemas if any(x is not None for x in schemas) else [],
                     choices if any(x is not None for x in choices) else [])
+
+
+def _check_unicode(obj: dict, name: str, n: int) -> None:
+    """JSON may spell a lone surrogate (`"\\ud800"`), which is no Unicode text: it could be neither tokenized
+    nor written back as UTF-8. Refused here, naming the line and the field, instead of deep inside a run."""
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        return
+    except UnicodeEncodeError:
+        pass
+    for key, value in obj.items():
+        try:
+            json.dumps({key: value}, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as e:
+            bad = e.object[e.start:e.end]
+            raise RunFileError(f"{name} line {n}: field {key!r:.40} holds a lone surrogate "
+                               f"({bad.encode('unicode_escape').decode()}), which is not Unicode text") from None
 
 
 def _messages(obj: dict, name: str, n: int) -> list | None:
