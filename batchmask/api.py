@@ -17,6 +17,7 @@ import json
 import os
 from typing import TYPE_CHECKING
 
+from . import checks
 from .tools.choice import reply_key, reply_node
 from .tools.envelope import get_envelope, is_typed, registry_key, registry_node
 from .tools.registry import RegistryError, ToolRegistry
@@ -93,12 +94,24 @@ def compile_grammar(registry: ToolRegistry, tokenizer: BaseTokenizer, *, format:
     get_envelope(format)
     if not isinstance(registry, ToolRegistry):
         raise RegistryError(f"compile_grammar needs a ToolRegistry, got {type(registry).__name__}")
+    _check_tokenizer("compile_grammar", tokenizer)
+    max_string = checks.integer("max_string", max_string, 1)
     from .compiler import compiled as compiler
     if uses_seed_path(registry, format):
         return _seed_path(compiler)(registry, tokenizer, max_string=max_string, utf8=utf8, device=device)
     node = call_node(registry, format, max_string, options)
     key = call_grammar_key(registry, format, max_string, utf8, options)
     return compiler.compile_node(node, tokenizer, utf8=utf8, key=key, device=device)
+
+
+def _check_tokenizer(where: str, tokenizer) -> None:
+    """A vocabulary the compiler can read: token_bytes (a list of bytes) and an integer eos_id."""
+    if not hasattr(tokenizer, "token_bytes") or not hasattr(tokenizer, "eos_id"):
+        hint = (" (a Hugging Face tokenizer: batchmask.models.tokenizer_transformers.from_transformers(tok), or "
+                "batchmask.hf.LogitsProcessor.from_pretrained)" if hasattr(tokenizer, "backend_tokenizer") else "")
+        raise TypeError(f"{where}: tokenizer must be batchmask's tokenizer (token_bytes and eos_id: "
+                        f"batchmask.models.tokenizer.load_tokenizer(path)){hint}, got {type(tokenizer).__name__}")
+    checks.integer(f"{where}: tokenizer.eos_id", tokenizer.eos_id, 0)
 
 
 def compile_json_schema(schema: dict | bool | str, tokenizer: BaseTokenizer, *, options: SchemaOptions | None = None,
@@ -108,6 +121,7 @@ def compile_json_schema(schema: dict | bool | str, tokenizer: BaseTokenizer, *, 
     Serialisation is compact (no whitespace, "," and ":"); objects hold their declared properties
     only, in declared order; every value is bounded (see batchmask.schema.build.SchemaOptions).
     """
+    _check_tokenizer("compile_json_schema", tokenizer)
     if isinstance(schema, str):
         try:
             schema = json.loads(schema)
@@ -132,6 +146,7 @@ def compile_grammars(items: list, tokenizer: BaseTokenizer, *, format: str = "se
     the same states and rows, compiled once; the vocabulary work is done once for all. A row never
     leaves the grammar it started in. Schema tasks are UTF-8 (`utf8` must be True when there are any).
     """
+    _check_tokenizer("compile_grammars", tokenizer)
     items = list(items)
     if not items:
         raise ValueError("compile_grammars: no tool sets given")

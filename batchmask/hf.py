@@ -47,6 +47,7 @@ from dataclasses import dataclass
 import torch
 import transformers
 
+from . import checks
 from .masker import BatchMasker
 from .tools.calls import parse_calls
 from .tools.prompt import chat_messages
@@ -70,11 +71,13 @@ class LogitsProcessor(transformers.LogitsProcessor):
     """Constrain every sequence of a `model.generate` batch to `grammar` (a CompiledGrammar)."""
 
     def __init__(self, grammar, batch_size: int, *, sets=None, device=None, backend: str = "auto",
-                 max_tokens: int = 4096):
+                 max_tokens: int = 4096, tokenizer=None):
         """sets: for grammars compiled together (compile_grammars), which one each sequence uses (int [batch_size],
         indices into grammar.starts; default: the first for all). device: where the logits will be (builds the
         masker now: its tables take a while for a large grammar and vocabulary, seconds on a CPU for 12 typed tools
-        x 152K ids); default: built on the first call."""
+        x 152K ids); default: built on the first call. tokenizer (recommended): the model's tokenizer (Hugging
+        Face's or batchmask's); the grammar is refused unless it was compiled for its vocabulary. Whatever is given,
+        logits much wider than the grammar's vocabulary (another model's) are refused at the first step."""
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1 (the sequences generate runs), got {batch_size!r}")
         starts = list(getattr(grammar, "starts", None) or [grammar.start])
@@ -88,6 +91,8 @@ class LogitsProcessor(transformers.LogitsProcessor):
                 raise ValueError(f"sets: {bad[0]} is not a grammar of this table (it holds {len(starts)}: 0.."
                                  f"{len(starts) - 1})")
             self.starts = [starts[k] for k in sets]
+        if tokenizer is not None:
+            checks.same_vocabulary(grammar, tokenizer)
         self.grammar = grammar
         self.batch_size = batch_size
         self.backend = backend
@@ -216,6 +221,9 @@ class LogitsProcessor(transformers.LogitsProcessor):
             raise ValueError(self._shape_error(rows))
         masker = self._masker_on(scores.device)
         if self._prev is None:                                    # first step: the prompt only
+            V = len(self.grammar.token_bytes)
+            if scores.shape[-1] > V:                              # a model padded a little, or another model
+                checks.padding_fits(V, scores.shape[-1], "the grammar's vocabulary", "the model's logits")
             masker.reset(starts=self.starts)
             self._prompt_width = length
         else:

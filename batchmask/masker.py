@@ -25,6 +25,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
+from batchmask import checks
 from batchmask.kernels import choose_cpu, mask_cpu, mask_torch
 from batchmask.kernels.tables import Rows, Tables, legal_counts, make_tables
 from batchmask.table.next_codes import SEGMENT_BITS, segment_bases
@@ -45,15 +46,22 @@ class GrammarTableError(ValueError):
 
 
 class BatchMasker:
-    def __init__(self, grammar, batch_size: int, device=None, backend: str = "auto", max_tokens: int = 1024):
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    def __init__(self, grammar, batch_size: int, device=None, backend: str = "auto", max_tokens: int = 1024,
+                 tokenizer=None):
+        """tokenizer (optional): the model's tokenizer (batchmask's or a Hugging Face one); the grammar is refused
+        unless it was compiled for the same vocabulary (batchmask.checks.same_vocabulary)."""
+        batch_size = checks.integer("batch_size", batch_size, 1)
+        max_tokens = checks.integer("max_tokens", max_tokens, 1)
+        if not hasattr(grammar, "token_class"):
+            raise TypeError(f"grammar must be a CompiledGrammar (batchmask.compile_grammar), got "
+                            f"{type(grammar).__name__}")
+        if tokenizer is not None:
+            checks.same_vocabulary(grammar, tokenizer)
         self.grammar = grammar
         self.batch_size = batch_size
         self.max_tokens = max_tokens
-        self.device = torch.device(device) if device is not None else torch.device(grammar.token_class.device)
+        self.device = (checks.device_of("device", device) if device is not None
+                       else torch.device(grammar.token_class.device))
         self.backend = _pick_backend(backend, self.device)
         self._kernels = _load_kernels(self.backend)
         self.tables = _device_tables(grammar, self.device)
@@ -168,10 +176,11 @@ class BatchMasker:
         reaches top_p (a second pass of torch ops). Finished rows get EOS. NaN logits count as -inf; a row
         whose legal logits are all non-finite takes its first legal token."""
         self._check_logits(logits)
-        if temperature < 0 or temperature != temperature:
-            raise ValueError(f"sample: temperature must be >= 0, got {temperature}")
-        if not 0.0 < top_p <= 1.0:
-            raise ValueError(f"sample: top_p must be in (0, 1], got {top_p}")
+        temperature = checks.number("sample: temperature", temperature, 0.0)
+        top_p = checks.number("sample: top_p", top_p, 0.0, 1.0)
+        if top_p == 0.0:
+            raise ValueError("sample: top_p must be in (0, 1], got 0.0")
+        seed = checks.integer("sample: seed", seed)
         if self.backend == "torch" or (top_p < 1.0 and temperature > 0):
             # the top-p pass needs the sorted distribution: torch ops on both backends (same tokens either way)
             tokens, counts = self._torch.sample_(logits, self.rows, self.tables, temperature, top_p, seed,
@@ -243,14 +252,18 @@ class BatchMasker:
         """None | int | sequence | tensor of row ids -> int64 [n] on the device, range checked."""
         if rows is None:
             return torch.arange(self.batch_size, device=self.device)
-        if isinstance(rows, int):
-            rows = [rows]
+        if isinstance(rows, torch.Tensor):
+            if rows.dtype.is_floating_point or rows.dtype.is_complex or rows.dtype == torch.bool:
+                raise TypeError(f"rows must be integer row ids, got a {rows.dtype} tensor")
+        else:
+            rows = [checks.integer("rows", r) for r in ([rows] if not hasattr(rows, "__iter__") else rows)]
         idx = torch.as_tensor(rows, dtype=torch.int64).reshape(-1).to(self.device)
         if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.batch_size):
             raise IndexError(f"rows {idx.tolist()} out of range for a batch of {self.batch_size}")
         return idx
 
     def _check_logits(self, logits: torch.Tensor) -> None:
+        checks.logits_tensor("logits", logits)
         B, V = self.batch_size, self.tables.vocab_size
         if logits.dim() != 2 or logits.shape[0] != B or logits.shape[1] < V:
             raise ValueError(f"logits must have shape [{B}, >= {V}] (batch, vocabulary), got {list(logits.shape)}")

@@ -81,6 +81,10 @@ def load_model_and_tokenizer(checkpoint, tokenizer_path, device, dtype, max_cont
     checkpoint, tokenizer_path = resolve_model_paths(checkpoint, tokenizer_path)
     tokenizer = load_tokenizer(tokenizer_path, eos_id=eos_id)
     model = load_checkpoint(checkpoint, device=device, dtype=dtype, max_context=max_context)
+    if model.config.vocab_size > tokenizer.vocab_size:       # padding, but only as much as a model carries
+        from batchmask.checks import padding_fits
+        padding_fits(tokenizer.vocab_size, model.config.vocab_size, f"tokenizer {tokenizer_path}",
+                     f"checkpoint {checkpoint}")
     tokenizer.pad_to(model.config.vocab_size)  # an embedding padded past a HF/raw-byte vocabulary: never legal
     check_vocab(model.config, tokenizer.vocab_size, checkpoint, tokenizer_path)
     return model, tokenizer
