@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -339,3 +340,71 @@ def test_torchrun_two_gloo_ranks_write_one_output_in_order(files, tmp_path, extr
     strip = lambda p: [{k: v for k, v in json.loads(x).items() if k != "seconds"} for x in p.read_text().splitlines()]
     assert strip(multi) == strip(single)
     assert not list(tmp_path.glob("multi.jsonl.part*"))
+
+
+# --- progress: on a terminal only, never under --quiet (a pseudo-terminal stands in for the person) ---------
+def _stderr_on_a_terminal(cmd: list[str]) -> tuple[int, str]:
+    """Run `cmd` with its stderr on a pseudo-terminal (stdout and stdin not); (exit status, what the terminal got)."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    main_fd, child_fd = pty.openpty()
+    fcntl.ioctl(child_fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))   # a window: 24 x 120
+    proc = subprocess.Popen(cmd, env=_env(), stderr=child_fd, stdout=subprocess.DEVNULL,
+                            stdin=subprocess.DEVNULL)
+    os.close(child_fd)
+    chunks = []
+    while True:
+        try:
+            data = os.read(main_fd, 65536)
+        except OSError:                                   # EIO: the child closed its end
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(main_fd)
+    return proc.wait(timeout=120), b"".join(chunks).decode("utf-8", "replace")
+
+
+@pytest.mark.parametrize("quiet", [False, True], ids=["terminal", "quiet"])
+def test_every_long_phase_shows_progress_on_a_terminal_and_nothing_under_quiet(files, tmp_path, quiet):
+    out = tmp_path / "o.jsonl"
+    cmd = [sys.executable, "-m", "batchmask", "generate", "--tasks", str(files / "tasks.txt"), "--checkpoint",
+           str(files / "model.bin"), "--tokenizer", str(files / "tokenizer.bin"), "--batch-size", "4",
+           "--max-new-tokens", "24", "--out", str(out), *(["--quiet"] if quiet else [])]
+    status, seen = _stderr_on_a_terminal(cmd)
+    assert status == 0, seen
+    if quiet:
+        assert seen == ""
+    else:
+        for name in ("loading the model and tokenizer", "compiling the grammars, encoding the prompts"):
+            assert f"batchmask: {name}: 00:" in seen, seen            # each phase, with how long it took
+        assert re.search(r"generating: +\d+%\|.*\| *\d+/12 ", seen), seen   # tqdm's bar, with the count
+        assert "12 tasks (constrained)" in seen
+    # a finished run resumed: said to be complete, not a run of nothing
+    status, seen = _stderr_on_a_terminal(cmd + ["--resume"])
+    assert status == 0
+    assert ("" if quiet else f"batchmask: {out} is already complete (12 of 12 tasks); nothing to do") in seen
+    assert "tok/s" not in seen
+
+
+def test_progress_is_quiet_when_stderr_is_not_a_terminal(files, tmp_path):
+    cmd = [sys.executable, "-m", "batchmask", "generate", "--tasks", str(files / "tasks.txt"), "--checkpoint",
+           str(files / "model.bin"), "--tokenizer", str(files / "tokenizer.bin"), "--batch-size", "4",
+           "--max-new-tokens", "24", "--out", str(tmp_path / "o.jsonl")]
+    done = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("\n") == 1 and "12 tasks (constrained)" in done.stderr, done.stderr
+
+
+def test_ablate_shows_its_phases_on_a_terminal(files, tmp_path):
+    cmd = [sys.executable, "-m", "batchmask", "ablate", "--n", "4", "--checkpoint", str(files / "model.bin"),
+           "--tokenizer", str(files / "tokenizer.bin"), "--max-new-tokens", "16"]
+    status, seen = _stderr_on_a_terminal(cmd)
+    assert status == 0, seen
+    assert "batchmask: loading the model and tokenizer: 00:" in seen and "batchmask: compiling the grammar: 00:" in seen
+    for arm in ("constrained", "free"):
+        assert re.search(rf"ablate, {arm}: +\d+%\|", seen), seen
+    status, seen = _stderr_on_a_terminal(cmd + ["--quiet"])
+    assert (status, seen) == (0, "")

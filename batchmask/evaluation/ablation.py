@@ -57,17 +57,19 @@ class AblationReport:
 
 def run_ablation(model, tokenizer, n: int = 30, batch_size: int = 30, max_new_tokens: int = 160, seed: int = 0,
                  max_string: int = 256, n_samples: int = 3, format: str = "seed",
-                 system: str | None = None) -> AblationReport:
+                 system: str | None = None, progress: bool = False) -> AblationReport:
     """Both arms on the same `n` held-out tasks. `format` and `system` mean what they mean to `generate`: the call
     format the grammar writes and both arms are parsed in, and a system message before each task (chat
-    templates only)."""
+    templates only). progress: a bar per phase on a terminal (batchmask.run.display)."""
+    from ..run.display import Progress, phase
     if n < 1:
         raise ValueError(f"--n must be >= 1, got {n}")
     registry = ToolRegistry.defaults()
     examples = make_examples(n, seed=seed, split="eval")
     render_prompt(registry, examples[0].task, tokenizer, system=system)   # --system without a template: refused
     device = next(model.parameters()).device                               # before any compile or run
-    grammar = compile_grammar(registry, tokenizer, format=format, max_string=max_string, device=device)
+    with phase("compiling the grammar", progress):
+        grammar = compile_grammar(registry, tokenizer, format=format, max_string=max_string, device=device)
     arms = {}
     for arm in ARMS:
         config = GenerationConfig(batch_size=min(batch_size, n), max_new_tokens=max_new_tokens, temperature=0.0,
@@ -75,7 +77,18 @@ def run_ablation(model, tokenizer, n: int = 30, batch_size: int = 30, max_new_to
         gen = BatchGenerator(model, tokenizer, registry, grammar if arm == "constrained" else None, config)
         res = ArmResult()
         results = []
-        stats = gen.run([ex.task for ex in examples], on_result=results.append)
+        bar = Progress(n, enabled=progress, desc=f"ablate, {arm}")
+
+        tokens = [0]
+
+        def keep(r, results=results, bar=bar, tokens=tokens):
+            results.append(r)
+            tokens[0] += r.tokens
+            bar(len(results), tokens[0])
+        try:
+            stats = gen.run([ex.task for ex in examples], on_result=keep)
+        finally:
+            bar.close()
         for ex, r in zip(examples, results):
             score = _judge(ex, r.text, registry, format)
             res.trials += 1

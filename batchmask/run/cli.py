@@ -82,7 +82,7 @@ def check_not_an_input(out_path: Path, args) -> None:
 def _generate(args, dist, taskfile, output) -> int:
     from .. import __version__
     from . import distributed
-    from .display import Progress, show_call
+    from .display import Progress, phase, show_call
     from .generation import BatchGenerator, GenerationConfig, encode_prompts
 
     device = dist.device if dist else _device(args.device)
@@ -97,8 +97,10 @@ def _generate(args, dist, taskfile, output) -> int:
         from .cli_grammar import GrammarFile
         grammar_file = GrammarFile.read(args.grammar)
         grammar_file.check_flags(plan.registries[0], args)      # the run's tools under its --tool-choice
-    model, tokenizer = load_model_and_tokenizer(args.checkpoint, args.tokenizer, device, dtype, args.max_context,
-                                                args.eos_id)
+    shown = not args.quiet and (dist is None or dist.rank == 0)      # progress: one rank speaks for all
+    with phase("loading the model and tokenizer", shown):
+        model, tokenizer = load_model_and_tokenizer(args.checkpoint, args.tokenizer, device, dtype, args.max_context,
+                                                    args.eos_id)
     if grammar_file is not None:
         grammar_file.check_vocab(tokenizer)
     context = model.config.seq_len
@@ -139,11 +141,12 @@ def _generate(args, dist, taskfile, output) -> int:
         for w in waves:
             encode_prompts(inputs[w.lo:w.hi], tokenizer, [w.registries[g] for g in w.groups], context, args.system)
         return waves, [generator(waves[0])]
-    waves, first = distributed.agree(dist, prepare)         # first: [the first wave's generator], popped when used
+    with phase("compiling the grammars, encoding the prompts", shown and bool(todo)):
+        waves, first = distributed.agree(dist, prepare)         # first: [the first wave's generator], popped when used
     task_registry = {todo[w.lo + k]: w.registries[g] for w in waves for k, g in enumerate(w.groups)}
     output.commit(settings, info)
     sink = output.sink()
-    progress = Progress(len(todo), enabled=not args.quiet)
+    progress = Progress(len(todo), enabled=shown and bool(todo))
     parsed = 0
 
     def on_result(res):
@@ -178,7 +181,10 @@ def _generate(args, dist, taskfile, output) -> int:
     progress.close()
     sink.close()
     wall = time.perf_counter() - t0
-    if not args.quiet:
+    if shown and not todo and skip:
+        print(f"batchmask: {output.out_path} is already complete ({len(skip)} of {len(tasks)} tasks); nothing to do",
+              file=sys.stderr)
+    elif not args.quiet:
         arm = "free" if args.no_constrain else "constrained"
         print(f"batchmask: {done[0]} tasks ({arm}), {parsed} parsed as calls, {done[1]} tokens in "
               f"{wall:.2f} s ({done[1] / max(wall, 1e-9):,.0f} tok/s, batch {batch}, "
@@ -211,12 +217,15 @@ def check_output_file(path, flag: str, inputs: dict) -> None:
 def cmd_ablate(args) -> int:
     from ..evaluation.ablation import run_ablation
     check_output_file(args.json, "--json", {"--checkpoint": args.checkpoint, "--tokenizer": args.tokenizer})
+    from .display import phase
     device = _device(args.device)
-    model, tokenizer = load_model_and_tokenizer(args.checkpoint, args.tokenizer, device, _dtype(args.dtype, device),
-                                                args.max_context, args.eos_id)
+    with phase("loading the model and tokenizer", not args.quiet):
+        model, tokenizer = load_model_and_tokenizer(args.checkpoint, args.tokenizer, device,
+                                                    _dtype(args.dtype, device), args.max_context, args.eos_id)
     report = run_ablation(model, tokenizer, n=args.n, batch_size=args.batch_size,
                           max_new_tokens=_max_new_tokens(args.max_new_tokens, model.config.seq_len), seed=args.seed,
-                          max_string=args.max_string, format=args.format, system=args.system)
+                          max_string=args.max_string, format=args.format, system=args.system,
+                          progress=not args.quiet)
     print(report.table())
     if args.json:
         write_text_atomic(args.json, json.dumps(report.to_json(), indent=2), "--json")
@@ -368,6 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--n", type=int_arg(1, limits.MAX_ABLATE_N), default=30,
                    help=f"trials per arm (default 30, at most {limits.MAX_ABLATE_N})")
     a.add_argument("--json", help="write per-arm counts as JSON")
+    a.add_argument("--quiet", action="store_true", help="no progress on stderr (the table still goes to stdout)")
     _format_arg(a)                                 # as generate's: the grammar's format, both arms parsed in it
     _system_arg(a)
     a.set_defaults(func=cmd_ablate, batch_size=30)

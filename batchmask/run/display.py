@@ -1,34 +1,64 @@
-"""What a run shows a person: the progress line and `--show`'s annotated calls (through text.printable)."""
+"""What a run shows a person: progress (tqdm, on a terminal only) and `--show`'s annotated calls (text.printable)."""
 from __future__ import annotations
 
 import json
 import sys
 import time
+from contextlib import contextmanager
 
 from ..text import printable
 
 # --- generate's stderr -----------------------------------------------------------------------------
 
 
-class Progress:
-    """tasks done / total and tokens/s on stderr: a live line on a terminal, a line every 5 s otherwise."""
+def shows_progress(quiet: bool = False) -> bool:
+    """Progress is for a person watching: on a terminal, and not under --quiet (a log or a pipe gets the summary)."""
+    return not quiet and sys.stderr.isatty()
 
-    def __init__(self, total: int, enabled: bool = True):
-        self.total, self.enabled, self.tty = total, enabled, sys.stderr.isatty()
-        self.t0 = self.last = time.perf_counter()
+
+class Progress:
+    """Tasks done / total with tokens/s and an ETA on stderr, drawn by tqdm (a well-kept library, not our own
+    terminal code); nothing at all unless `shows_progress`."""
+
+    def __init__(self, total: int, enabled: bool = True, desc: str = "generating"):
+        self.t0 = time.perf_counter()
+        self.bar = None
+        if enabled and sys.stderr.isatty():
+            from tqdm import tqdm
+            self.bar = tqdm(total=total, desc=desc, unit="task", file=sys.stderr, dynamic_ncols=True, leave=False,
+                            mininterval=0.25)
 
     def __call__(self, done: int, tokens: int, force: bool = False):
-        now = time.perf_counter()
-        if not self.enabled or (not force and now - self.last < (0.25 if self.tty else 5.0)):
+        if self.bar is None:
             return
-        self.last = now
-        rate = tokens / max(now - self.t0, 1e-9)
-        msg = f"[{done}/{self.total}] {tokens} tokens, {rate:,.0f} tok/s"
-        print(("\r" + msg) if self.tty else msg, end="" if self.tty else "\n", file=sys.stderr, flush=True)
+        rate = tokens / max(time.perf_counter() - self.t0, 1e-9)
+        self.bar.set_postfix_str(f"{tokens} tokens, {rate:,.0f} tok/s", refresh=False)
+        self.bar.update(done - self.bar.n)
+        if force:
+            self.bar.refresh()
 
     def close(self):
-        if self.enabled and self.tty:
-            print(file=sys.stderr)
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+@contextmanager
+def phase(desc: str, enabled: bool = True):
+    """A long step with no count (a model load, a compile): on a terminal, its name while it runs and how long it
+    took once done (tqdm's elapsed clock)."""
+    if not (enabled and sys.stderr.isatty()):
+        yield
+        return
+    from tqdm import tqdm
+    t0 = time.perf_counter()
+    bar = tqdm(total=1, desc=desc, file=sys.stderr, bar_format="{desc} ... {elapsed}", leave=False)
+    try:
+        yield
+        bar.update(1)
+    finally:
+        bar.close()
+    print(f"batchmask: {desc}: {tqdm.format_interval(time.perf_counter() - t0)}", file=sys.stderr)
 
 
 def show_call(res, tokenizer, stream=None):
