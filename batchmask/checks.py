@@ -56,6 +56,16 @@ def device_of(name: str, device):
     return dev
 
 
+def row_ids(rows):
+    """Row ids as given (a tensor of an integer dtype, an int or ints); floats and bools are refused."""
+    import torch
+    if isinstance(rows, torch.Tensor):
+        if rows.dtype.is_floating_point or rows.dtype.is_complex or rows.dtype == torch.bool:
+            raise TypeError(f"rows must be integer row ids, got a {rows.dtype} tensor")
+        return rows
+    return [integer("rows", r) for r in ([rows] if not hasattr(rows, "__iter__") else rows)]
+
+
 def logits_tensor(name: str, logits) -> None:
     import torch
     if not isinstance(logits, torch.Tensor):

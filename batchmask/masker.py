@@ -48,13 +48,8 @@ class GrammarTableError(ValueError):
 class BatchMasker:
     def __init__(self, grammar, batch_size: int, device=None, backend: str = "auto", max_tokens: int = 1024,
                  tokenizer=None):
-        """tokenizer (optional): the model's tokenizer (batchmask's or a Hugging Face one); the grammar is refused
-        unless it was compiled for the same vocabulary (batchmask.checks.same_vocabulary)."""
-        batch_size = checks.integer("batch_size", batch_size, 1)
-        max_tokens = checks.integer("max_tokens", max_tokens, 1)
-        if not hasattr(grammar, "token_class"):
-            raise TypeError(f"grammar must be a CompiledGrammar (batchmask.compile_grammar), got "
-                            f"{type(grammar).__name__}")
+        batch_size, max_tokens = (checks.integer("batch_size", batch_size, 1),
+                                  checks.integer("max_tokens", max_tokens, 1))
         if tokenizer is not None:
             checks.same_vocabulary(grammar, tokenizer)
         self.grammar = grammar
@@ -119,10 +114,9 @@ class BatchMasker:
             self.rows.key.index_copy_(0, idx, keys)
         self.rows.step.index_fill_(0, idx, 0)
         self.rows.fault.index_fill_(0, idx, 0)
-        # out of place: the caller may still hold the tensor an earlier step returned
         if starts is None:
             self.rows.state.index_fill_(0, idx, self.start)
-            self.legal_counts = self.legal_counts.index_fill(0, idx, self._start_count)
+            self.legal_counts = self.legal_counts.index_fill(0, idx, self._start_count)  # out of place: held
             return
         starts = torch.as_tensor(starts, dtype=torch.int64).reshape(-1).to(self.device)
         if starts.numel() != idx.numel():
@@ -252,11 +246,7 @@ class BatchMasker:
         """None | int | sequence | tensor of row ids -> int64 [n] on the device, range checked."""
         if rows is None:
             return torch.arange(self.batch_size, device=self.device)
-        if isinstance(rows, torch.Tensor):
-            if rows.dtype.is_floating_point or rows.dtype.is_complex or rows.dtype == torch.bool:
-                raise TypeError(f"rows must be integer row ids, got a {rows.dtype} tensor")
-        else:
-            rows = [checks.integer("rows", r) for r in ([rows] if not hasattr(rows, "__iter__") else rows)]
+        rows = checks.row_ids(rows)
         idx = torch.as_tensor(rows, dtype=torch.int64).reshape(-1).to(self.device)
         if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.batch_size):
             raise IndexError(f"rows {idx.tolist()} out of range for a batch of {self.batch_size}")
