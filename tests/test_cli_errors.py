@@ -448,24 +448,14 @@ def test_console_script_entry_installs_the_handler_before_importing_the_cli(tmp_
     assert (proc.returncode, proc.stderr, proc.stdout) == (130, "batchmask: interrupted\n", "")
 
 
-def test_console_script_ctrl_c_during_model_load_is_one_line(tmp_path):
+@pytest.mark.parametrize("sig, status, word", [("SIGINT", 130, "interrupted"), ("SIGTERM", 143, "terminated")])
+def test_console_script_stop_during_model_load_is_one_line(tmp_path, sig, status, word):
     (tmp_path / "t.txt").write_text("what is 2+2\n")
-    proc = _child("import os, signal, sys, time\nfrom batchmask.console import main\nimport batchmask.run.cli as cli\n"
-                  "def load(*a, **k):\n    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(30)\n"
+    proc = _child(f"import os, signal, sys, time\nsignal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
+                  f"from batchmask.console import main\nimport batchmask.run.cli as cli\n"
+                  f"def load(*a, **k):\n    os.kill(os.getpid(), signal.{sig})\n    time.sleep(30)\n"
                   "cli.load_model_and_tokenizer = load\n"
                   "sys.argv = ['batchmask', 'generate', '--tasks', 't.txt', '--out', 'o.jsonl', '--quiet']\n"
                   "sys.exit(main())\n", tmp_path)
-    assert (proc.returncode, proc.stderr) == (130, "batchmask: interrupted\n")
+    assert (proc.returncode, proc.stderr) == (status, f"batchmask: {word}\n")
     assert not (tmp_path / "o.jsonl.lock").exists()                   # the held lock is let go
-
-
-def test_sigterm_during_model_load_is_one_line(tmp_path):
-    (tmp_path / "t.txt").write_text("what is 2+2\n")
-    proc = _child("import os, signal, sys, time\nsignal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
-                  "from batchmask.console import main\nimport batchmask.run.cli as cli\n"
-                  "def load(*a, **k):\n    os.kill(os.getpid(), signal.SIGTERM)\n    time.sleep(30)\n"
-                  "cli.load_model_and_tokenizer = load\n"
-                  "sys.argv = ['batchmask', 'generate', '--tasks', 't.txt', '--out', 'o.jsonl', '--quiet']\n"
-                  "sys.exit(main())\n", tmp_path)
-    assert (proc.returncode, proc.stderr) == (143, "batchmask: terminated\n")
-    assert not (tmp_path / "o.jsonl.lock").exists()

@@ -78,8 +78,7 @@ def run_ablation(model, tokenizer, n: int = 30, batch_size: int = 30, max_new_to
         res = ArmResult()
         results = []
         bar = Progress(n, enabled=progress, desc=f"ablate, {arm}")
-
-        tokens = [0]
+        tokens = [0]                                  # of the results so far, for the bar's tok/s
 
         def keep(r, results=results, bar=bar, tokens=tokens):
             results.append(r)

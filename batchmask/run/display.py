@@ -11,14 +11,9 @@ from ..text import printable
 # --- generate's stderr -----------------------------------------------------------------------------
 
 
-def shows_progress(quiet: bool = False) -> bool:
-    """Progress is for a person watching: on a terminal, and not under --quiet (a log or a pipe gets the summary)."""
-    return not quiet and sys.stderr.isatty()
-
-
 class Progress:
     """Tasks done / total with tokens/s and an ETA on stderr, drawn by tqdm (a well-kept library, not our own
-    terminal code); nothing at all unless `shows_progress`."""
+    terminal code); nothing at all unless enabled and stderr is a terminal (a log or a pipe gets the summary)."""
 
     def __init__(self, total: int, enabled: bool = True, desc: str = "generating"):
         self.t0 = time.perf_counter()

@@ -20,64 +20,60 @@ import os
 import signal
 import sys
 
-_HARD = False
-_TERM = False
+# What each stop ends as: (exit status, the word said). 130 and 143 are 128 + the signal, as a shell reports them.
+STOPS = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminated")}
+_INSTALLED: set = set()                          # the signals whose first-regime handler install_for_program set
 
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM during generation: stops the run where Ctrl-C does, but exits 143 and says "terminated"."""
-    status = 143
-    word = "terminated"
+    status, word = STOPS[signal.SIGTERM]
 
 
 def status_of(stop: KeyboardInterrupt) -> int:
     """The exit status of a stop: 143 for SIGTERM, 130 for Ctrl-C."""
-    return getattr(stop, "status", 130)
+    return getattr(stop, "status", STOPS[signal.SIGINT][0])
 
 
 def word_of(stop: KeyboardInterrupt) -> str:
-    return getattr(stop, "word", "interrupted")
+    return getattr(stop, "word", STOPS[signal.SIGINT][1])
 
 
 def exit_at_once(signum, frame) -> None:
     from .locks import unlink_held_locks
     unlink_held_locks()
-    if signum == signal.SIGTERM:
-        os.write(2, b"batchmask: terminated\n")
-        os._exit(143)
-    os.write(2, b"batchmask: interrupted\n")
-    os._exit(130)
+    status, word = STOPS.get(signum, STOPS[signal.SIGINT])
+    os.write(2, f"batchmask: {word}\n".encode())
+    os._exit(status)
 
 
 def raise_terminated(signum, frame) -> None:
     raise Terminated()
 
 
+# each signal: the handler Python starts with (ours replaces only that one), and the second regime's handler
+_REGIMES = ((signal.SIGINT, signal.default_int_handler, signal.default_int_handler),
+            (signal.SIGTERM, signal.SIG_DFL, raise_terminated))
+
+
 def install_for_program() -> None:
-    """The program's first regime (unless SIGINT was ignored when we started, or this is not the main thread)."""
-    global _HARD, _TERM
-    current = signal.getsignal(signal.SIGINT)
-    if current is signal.default_int_handler or getattr(current, "batchmask_early", False):
-        try:
-            signal.signal(signal.SIGINT, exit_at_once)
-            _HARD = True
-        except ValueError:
-            pass
-    current = signal.getsignal(signal.SIGTERM)
-    if current is signal.SIG_DFL or getattr(current, "batchmask_early", False):
-        try:
-            signal.signal(signal.SIGTERM, exit_at_once)
-            _TERM = True
-        except ValueError:
-            pass
+    """The program's first regime, for each signal unless it was ignored when we started (or this is not the main
+    thread)."""
+    for sig, default, _ in _REGIMES:
+        current = signal.getsignal(sig)
+        if current is default or getattr(current, "batchmask_early", False):
+            try:
+                signal.signal(sig, exit_at_once)
+                _INSTALLED.add(sig)
+            except ValueError:
+                pass
 
 
 def raise_from_now_on() -> None:
-    """The second regime: from here on (the generation loop) Ctrl-C raises KeyboardInterrupt."""
-    if _HARD and signal.getsignal(signal.SIGINT) is exit_at_once:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    if _TERM and signal.getsignal(signal.SIGTERM) is exit_at_once:
-        signal.signal(signal.SIGTERM, raise_terminated)
+    """The second regime: from here on (the generation loop) Ctrl-C raises KeyboardInterrupt, SIGTERM Terminated."""
+    for sig, _, handler in _REGIMES:
+        if sig in _INSTALLED and signal.getsignal(sig) is exit_at_once:
+            signal.signal(sig, handler)
 
 
 def say_interrupted(message: str = "interrupted") -> None:
