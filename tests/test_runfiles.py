@@ -328,6 +328,44 @@ def test_resume_folds_in_part_files_left_by_an_interrupted_torchrun(files, full,
     assert not list(tmp_path.glob("o.jsonl.part*"))
 
 
+def write_lines(full: Path, dest: Path, order: list[int]) -> Path:
+    """`dest` holding `full`'s result lines in `order` (an output also gets its run file beside it)."""
+    lines = full.read_bytes().split(b"\n")
+    dest.write_bytes(b"".join(lines[i] + b"\n" for i in order))
+    if ".part" not in dest.name:
+        fingerprint.run_file(dest).write_bytes(fingerprint.run_file(full).read_bytes())
+    return dest
+
+
+@pytest.mark.parametrize("parts,out_order", [
+    ({0: [0, 2, 4], 1: [1]}, []),                         # torchrun stopped with gaps (task 3 unfinished)
+    ({}, [0, 1, 2, 4, 7, 3, 5]),                          # a resume of those gaps, itself stopped: its tail
+    ({1: [9]}, [0, 2, 1, 3]),                             # both at once
+])
+def test_resume_fills_gaps_and_leaves_the_output_in_input_order(files, full, tmp_path, parts, out_order):
+    out = write_lines(full, tmp_path / "o.jsonl", out_order)
+    for rank, order in parts.items():
+        write_lines(full, tmp_path / f"o.jsonl.part{rank}", order)
+    assert main(gen_args(files, out, "--resume")) == 0
+    assert records(out) == records(full)                              # sorted, each task once, as one run
+    assert not list(tmp_path.glob("o.jsonl.part*"))
+
+
+@pytest.mark.parametrize("name,order,line", [
+    ("o.jsonl", [0, 3, 1, 4], 3),            # a tail after the step back that is not the block's first gaps
+    ("o.jsonl", [0, 2, 1, 4, 3], 5),         # two steps back: no run writes that
+    ("o.jsonl.part0", [2, 0], 2),            # a rank's part file is in order
+])
+def test_resume_refuses_results_in_an_order_no_run_writes(files, full, tmp_path, capsys, name, order, line):
+    out = write_lines(full, tmp_path / "o.jsonl", [])
+    path = write_lines(full, tmp_path / name, order)
+    before = path.read_bytes()
+    assert main(gen_args(files, out, "--resume")) == 2
+    msg = one_error(capsys)
+    assert f"{name} line {line}: the result for task {order[line - 1]} comes after task" in msg, msg
+    assert path.read_bytes() == before
+
+
 def test_existing_output_or_part_files_need_resume_or_force(files, full, tmp_path, capsys):
     out = tmp_path / "o.jsonl"
     (tmp_path / "o.jsonl.part1").write_text("left by a crash\n")

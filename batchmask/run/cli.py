@@ -189,8 +189,8 @@ def _generate(args, dist, taskfile, output) -> int:
         print(f"batchmask: {done[0]} tasks ({arm}), {parsed} parsed as calls, {done[1]} tokens in "
               f"{wall:.2f} s ({done[1] / max(wall, 1e-9):,.0f} tok/s, batch {batch}, "
               f"{device}{', rank ' + str(dist.rank) if dist else ''})", file=sys.stderr)
+    output.finish(sink)
     if dist:
-        output.finish(sink)
         distributed.teardown()
     return 0
 

@@ -110,6 +110,7 @@ class Output:
         self.out_path, self.dist, self.resume, self.force = out_path, dist, resume, force
         self.locks: list[FileLock] = []
         self.scans: list[runfiles.ResultScan] = []
+        self.sort_at_end = False
         self.rank0 = dist is None or dist.rank == 0
 
     def part_path(self, rank: int) -> Path:
@@ -154,7 +155,7 @@ class Output:
         if files or fingerprint.run_file(out).exists():
             fingerprint.check_run_settings(out, settings)
         self.scans = [runfiles.scan_results(p) for p in files]
-        return runfiles.check_against_tasks(self.scans, tasks)
+        return runfiles.check_against_tasks(self.scans, tasks, out)
 
     def commit(self, settings: dict | None, info: dict) -> None:
         """The run's first change to the file system (every input has been checked by now)."""
@@ -165,14 +166,17 @@ class Output:
         out = self.out_path
         if self.resume:
             parts = [s for s in self.scans if s.path != out]
-            if parts:                                  # leftovers of an interrupted torchrun run: fold them in
-                records = sorted((r for s in self.scans for r in s.records), key=lambda r: r["index"])
+            found = [r for s in self.scans for r in s.records]
+            records = sorted(found, key=lambda r: r["index"])
+            if parts or records != found:   # leftover parts of a torchrun run, or a resumed tail: one sorted file
                 runfiles.write_records(out, records)
                 for s in parts:
                     unlink_regular(s.path)
             else:
                 for s in self.scans:
                     runfiles.cut_torn_tail(s)
+            # finished tasks with gaps between them: this run's results, appended, come before some of them
+            self.sort_at_end = [r["index"] for r in records] != list(range(len(records)))
         else:
             for p in [out, *runfiles.part_files(out)]:
                 unlink_regular(p)
@@ -190,7 +194,12 @@ class Output:
         return Sink(self.part_path(self.dist.rank) if self.out_path else None, append=False, hold=True)
 
     def finish(self, sink: Sink) -> None:
-        """Distributed only: every rank has finished; rank 0 writes the one output in input order."""
+        """Every rank has finished; rank 0 writes the one output in input order."""
+        if self.dist is None:
+            if self.sort_at_end:                       # a --resume that filled gaps: its lines are at the end
+                records = runfiles.scan_results(self.out_path).records
+                runfiles.write_records(self.out_path, sorted(records, key=lambda rec: rec["index"]))
+            return
         import torch.distributed as td
         if self.out_path is None:
             gathered = [None] * self.dist.world

@@ -12,6 +12,7 @@ checks a whole result file first, and only `cut_torn_tail` (after every check pa
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -323,9 +324,34 @@ def scan_results(path: Path) -> ResultScan:
     return scan
 
 
-def check_against_tasks(scans: list[ResultScan], tasks: list[str]) -> set[int]:
-    """The task indices these result files finish; refuses (naming file and line) an index out of range,
-    one task twice (across all the files), or a record whose task is not the task at its index."""
+def check_order(scan: ResultScan, resumed_tail: bool) -> None:
+    """Refuse (naming file and line) result lines in an order no batchmask run writes.
+
+    A run writes its results in input order, so a part file (one rank's) is strictly increasing by index. The
+    output itself may also be a sorted block (a run, or parts merged by rank 0) followed by what a --resume of it
+    appended before it was stopped: the earliest tasks the block lacked, in order (`resumed_tail`).
+    """
+    idx = [r["index"] for r in scan.records]
+    cut = next((k for k in range(1, len(idx)) if idx[k] <= idx[k - 1]), len(idx))     # the first step back
+    if cut == len(idx):
+        return
+    tail = idx[cut:]
+    step = next((k for k in range(1, len(tail)) if tail[k] <= tail[k - 1]), None)
+    if resumed_tail and step is None:
+        have = set(idx[:cut])
+        missing = (i for i in itertools.count() if i not in have)
+        expect = [next(missing) for _ in tail]
+        if expect == tail:
+            return
+    n = cut + 1 if not resumed_tail or step is None else cut + step + 1
+    raise RunFileError(f"{scan.path} line {n}: the result for task {idx[n - 1]} comes after task {idx[n - 2]}; a "
+                       f"batchmask run writes its results in input order (hand-edited?), cannot --resume from it")
+
+
+def check_against_tasks(scans: list[ResultScan], tasks: list[str], out: Path | None = None) -> set[int]:
+    """The task indices these result files finish; refuses (naming file and line) lines out of order
+    (`check_order`: only `out` may hold a resumed tail), an index out of range, one task twice (across all the
+    files), or a record whose task is not the task at its index."""
     done: dict[int, str] = {}
     for scan in scans:
         for n, rec in enumerate(scan.records, 1):
@@ -339,6 +365,7 @@ def check_against_tasks(scans: list[ResultScan], tasks: list[str]) -> set[int]:
                 raise RunFileError(f"{where}: the result for task {i} is for {rec['task'][:40]!r}, but task {i} is "
                                    f"now {tasks[i][:40]!r}")
             done[i] = where
+        check_order(scan, resumed_tail=out is not None and Path(scan.path) == Path(out))
     return set(done)
 
 
