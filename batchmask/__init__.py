@@ -7,8 +7,6 @@ generation loop (run/generation.py) -> CLI (run/cli.py); batchmask.models holds 
 """
 from __future__ import annotations
 
-import importlib
-
 TYPE_CHECKING = False                   # typing.TYPE_CHECKING without importing typing (startup time)
 
 # The public names, imported on first use (PEP 562): `import batchmask.run.cli` must not load torch, so that
@@ -39,6 +37,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str):
     if name in _EXPORTS:
+        import importlib  # here, not at the top: the package's first import stays light
         value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
         globals()[name] = value
         return value

@@ -1,21 +1,4 @@
-"""`python -m batchmask`: the command line (batchmask/run/cli.py)."""
-import os
-import signal
-import sys
+"""`python -m batchmask`: the command line (batchmask/run/cli.py), behind console.py's early Ctrl-C handler."""
+from .console import main  # first: installs the handler before anything heavy is imported
 
-
-def _interrupted(signum, frame):
-    """Ctrl-C while the command line is still being imported: nothing to save yet, so exit at once (130)."""
-    os.write(2, b"batchmask: interrupted\n")
-    os._exit(130)
-
-
-_interrupted.batchmask_early = True                                    # cli.main() takes over from it
-
-
-if signal.getsignal(signal.SIGINT) is signal.default_int_handler:     # not when started with SIGINT ignored
-    signal.signal(signal.SIGINT, _interrupted)
-
-from .run.cli import main  # noqa: E402
-
-sys.exit(main())
+raise SystemExit(main())

@@ -5,12 +5,12 @@ the first thing batchmask runs, and it installs the early Ctrl-C handler at once
 while batchmask.run.cli, argparse and the command's own modules (torch, the model) are still being imported,
 exits 130 with one line instead of a KeyboardInterrupt traceback from inside some import. cli.main() then
 takes over (batchmask/run/interrupts.py: it replaces a handler marked `batchmask_early`). `python -m batchmask`
-does the same in batchmask/__main__.py.
+imports this module first too (batchmask/__main__.py).
 
 Only the program imports this module (the handler ends the process: no library or test should install it).
 """
-import os
-import signal
+import _signal  # the C module behind `signal` (which imports enum: milliseconds of open window)
+import os  # already imported by the interpreter's start-up: free
 
 
 def _interrupted(signum, frame) -> None:
@@ -21,9 +21,9 @@ def _interrupted(signum, frame) -> None:
 
 _interrupted.batchmask_early = True                 # interrupts.install_for_program takes over from it
 
-if signal.getsignal(signal.SIGINT) is signal.default_int_handler:   # not when started with SIGINT ignored
+if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:   # not when started with SIGINT ignored
     try:
-        signal.signal(signal.SIGINT, _interrupted)
+        _signal.signal(_signal.SIGINT, _interrupted)
     except ValueError:                              # imported outside the main thread: nothing to install
         pass
 

@@ -522,6 +522,38 @@ def test_torchrun_checks_the_output_once_and_never_overwrites_without_force(file
            str(29700 + os.getpid() % 1000), "-m", "batchmask", *gen_args(files, out), "--device", "cpu"]
     done = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
-    # every rank says why in one line (torchrun then reports the failed ranks in its own words)
-    assert done.stderr.count("o.jsonl exists; pass --resume") == 2, done.stderr[-3000:]
+    # rank 0 alone says why, in one line (torchrun then reports the failed ranks in its own words)
+    ours = [ln for ln in done.stderr.splitlines() if ln.startswith("batchmask:")]
+    assert len(ours) == 1 and "o.jsonl exists; pass --resume" in ours[0], done.stderr[-3000:]
     assert out.read_bytes() == before and not list(tmp_path.glob("o.jsonl.part*"))
+    # an input every rank reads alike and refuses before they join: said once too
+    bad = tmp_path / "tasks.jsonl"
+    bad.write_text('{"task": "fine"}\n{"task": 3}\n')
+    cmd[cmd.index(str(files / "tasks.txt"))] = str(bad)
+    done = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
+    ours = [ln for ln in done.stderr.splitlines() if ln.startswith("batchmask:")]
+    assert done.returncode != 0 and len(ours) == 1 and "tasks.jsonl line 2" in ours[0], done.stderr[-3000:]
+    assert not list(tmp_path.glob("*.lock"))
+
+
+def test_torchrun_stopped_mid_run_keeps_its_parts_without_locks_and_resumes_to_one_run(files, tmp_path):
+    tasks = tmp_path / "tasks.txt"
+    tasks.write_text("".join(f"compute {i} plus {i}\n" for i in range(300)))
+    one = tmp_path / "one.jsonl"
+    assert main(gen_args(files, one, tasks=tasks)) == 0                    # the reference: one process
+    out = tmp_path / "o.jsonl"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+           str(29800 + os.getpid() % 100), "-m", "batchmask", *gen_args(files, out, tasks=tasks), "--device", "cpu"]
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    part = tmp_path / "o.jsonl.part1"
+    deadline = time.monotonic() + 240
+    while not (part.exists() and part.stat().st_size > 0) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)                                       # a scheduler stops the job
+    _, err = proc.communicate(timeout=120)
+    assert "Traceback" not in "".join(ln for ln in err.splitlines() if ln.startswith("batchmask"))
+    assert not list(tmp_path.glob("*.lock")), sorted(p.name for p in tmp_path.iterdir())
+    kept = [r for p in tmp_path.glob("o.jsonl.part*") for r in records(p)]
+    assert proc.returncode != 0 and 0 < len(kept) < 300, (proc.returncode, len(kept))     # stopped mid-run
+    assert main(gen_args(files, out, "--resume", tasks=tasks)) == 0        # one process finishes what is left
+    assert records(out) == records(one) and not list(tmp_path.glob("o.jsonl.part*"))

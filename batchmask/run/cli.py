@@ -434,7 +434,9 @@ def main(argv=None) -> int:
     except (ValueError, OSError, RuntimeError) as e:          # one line; a quoted value must not drive the terminal
         if os.environ.get("BATCHMASK_DEBUG"):
             raise
-        say_error(str(e).strip() or type(e).__name__)           # its first line, escaped
+        ranks = sys.modules.get(__package__ + ".distributed")           # torchrun: one rank says it
+        if ranks is None or not ranks.said_by_rank0(e):
+            say_error(str(e).strip() or type(e).__name__)       # its first line, escaped
         return 2
 
 

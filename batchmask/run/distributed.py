@@ -15,7 +15,8 @@ output) into the output file, sorted by task index. NCCL on GPUs, gloo on the CP
     commit()   rank 0 makes the first change: cuts a torn line, folds leftover part files into OUT (--resume) or
                removes the old output (--force), and writes OUT.run.json
     sink()     where this rank's results go;  finish(): rank 0 merges the parts;  close(): locks released
-An error on rank 0 in a step reaches every rank as the same one line.
+An error on rank 0 in a step reaches every rank as the same error, and rank 0 alone says it (one line; torchrun
+then adds its own report of the ranks' exit statuses).
 """
 from __future__ import annotations
 
@@ -64,6 +65,22 @@ def teardown() -> None:
 
 
 # --- collective steps -----------------------------------------------------------------------------
+class EveryRankError(RunFileError):
+    """An error every rank raises alike (rank 0's, or the first failing rank's, shared): said once, by rank 0."""
+
+
+def said_by_rank0(error: BaseException) -> bool:
+    """Whether this process should keep `error` to itself because rank 0 says it: under torchrun, an error
+    every rank shares, or one raised before the ranks joined (they read the same inputs: the same error)."""
+    rank = os.environ.get("RANK", "0").strip()
+    if rank in ("", "0") or os.environ.get("WORLD_SIZE", "1").strip() in ("", "1"):
+        return False
+    if isinstance(error, EveryRankError):
+        return True
+    import torch.distributed as td
+    return not td.is_initialized()
+
+
 def on_rank0(dist: Dist | None, fn):
     """fn() on rank 0 (the only process without torchrun); its result, or its error, reaches every rank."""
     result = error = None
@@ -80,7 +97,7 @@ def on_rank0(dist: Dist | None, fn):
         td.broadcast_object_list(box, src=0)
         result, error = box[0]
         if error is not None:
-            raise RunFileError(error)
+            raise EveryRankError(error)
     return result
 
 
@@ -98,7 +115,7 @@ def agree(dist: Dist | None, fn):
     td.all_gather_object(errors, error)
     first = next((e for e in errors if e is not None), None)
     if first is not None:
-        raise RunFileError(first)
+        raise EveryRankError(first)
     return result
 
 
