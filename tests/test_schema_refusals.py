@@ -112,6 +112,21 @@ def test_unsatisfiable_schemas_say_so():
             schema_node(schema)
 
 
+@pytest.mark.parametrize("schema,says", [
+    ({"type": "number", "minimum": 1e-8, "maximum": 2e-8}, "no number of at most 15 integer and 6 fraction digits "
+                                                            "lies within [1e-08, 2e-08]"),
+    ({"type": "number", "exclusiveMinimum": 0.5, "exclusiveMaximum": 0.5000001}, "raise SchemaOptions.fraction"),
+    ({"type": "number", "minimum": 2, "maximum": 1}, "no number lies within [2, 1]"),
+    ({"type": "number", "minimum": 1, "exclusiveMaximum": 1}, "no number lies within [1, 1)"),
+    ({"type": "integer", "exclusiveMinimum": 1, "exclusiveMaximum": 2}, "no integer lies within (1, 2)"),
+])
+def test_an_empty_number_range_says_whether_the_digit_caps_or_the_bounds_empty_it(schema, says):
+    with pytest.raises(SchemaError, match=re.escape(says)):
+        schema_node(schema)
+    if "fraction" in says:                              # the advice works: more digits reach into the range
+        assert schema_node(schema, SchemaOptions(fraction_digits=9)) is not None
+
+
 def test_annotations_are_ignored():
     bare = {"type": "object", "properties": {"a": {"type": "integer", "maximum": 3}}, "required": ["a"]}
     noted = {k: "x" for k in ANNOTATIONS} | {"type": "object", "required": ["a"],

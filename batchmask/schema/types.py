@@ -89,11 +89,26 @@ def bounds(schema: dict, ptr: str, ctx: Ctx):
     return out[0], out[1]
 
 
+def _reals_between(low, high) -> bool:
+    """Whether some real number meets both bounds (each (value, exclusive) or None)."""
+    if low is None or high is None:
+        return True
+    return low[0] < high[0] or (low[0] == high[0] and not (low[1] or high[1]))
+
+
+def _range_text(low, high) -> str:
+    def num(v) -> str:                                 # an exact bound as the schema would write it
+        return str(v.numerator) if v.denominator == 1 else repr(float(v))
+    lo = "(-inf" if low is None else ("(" if low[1] else "[") + num(low[0])
+    hi = "inf)" if high is None else num(high[0]) + (")" if high[1] else "]")
+    return f"{lo}, {hi}"
+
+
 def _integer(schema: dict, ptr: str, ctx: Ctx) -> Node:
     low, high = bounds(schema, ptr, ctx)
     node = integer_node(low, high, ctx.options.int_digits)
     if node is None:
-        raise Empty(ptr, "no integer lies within the bounds")
+        raise Empty(ptr, f"no integer lies within {_range_text(low, high)}")
     return node
 
 
@@ -101,8 +116,12 @@ def _number(schema: dict, ptr: str, ctx: Ctx) -> Node:
     low, high = bounds(schema, ptr, ctx)
     o = ctx.options
     node = number_node(low, high, o.int_digits, o.fraction_digits, o.exponent_digits)
+    if node is None and _reals_between(low, high):     # numbers lie there, only none the digit caps can write
+        raise Empty(ptr, f"no number of at most {o.int_digits} integer and {o.fraction_digits} fraction digits "
+                         f"lies within {_range_text(low, high)} (raise SchemaOptions.fraction_digits or "
+                         f"int_digits, or widen the range)")
     if node is None:
-        raise Empty(ptr, "no number lies within the bounds")
+        raise Empty(ptr, f"no number lies within {_range_text(low, high)}")
     return node
 
 
