@@ -22,23 +22,40 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = LLAMA2C_EPS) ->
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).type_as(x) * weight
 
 
+class Linear(nn.Linear):
+    """nn.Linear that skips its random init on the meta device: torch computes even a meta tensor's init through
+    Python reference ops that import torch._dynamo (1.4 s of start-up), for values a checkpoint replaces."""
+
+    def reset_parameters(self) -> None:
+        if not self.weight.is_meta:
+            super().reset_parameters()
+
+
+class Embedding(nn.Embedding):
+    """nn.Embedding that skips its random init on the meta device (see Linear)."""
+
+    def reset_parameters(self) -> None:
+        if not self.weight.is_meta:
+            super().reset_parameters()
+
+
 class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float = LLAMA2C_EPS):
+    def __init__(self, dim: int, eps: float = LLAMA2C_EPS, device=None):
         super().__init__()
         self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
+        self.weight = nn.Parameter(torch.ones(dim, device=device))
 
     def forward(self, x):
         return rms_norm(x, self.weight, self.eps)
 
 
 class Attention(nn.Module):
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, device=None):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, config.head_dim
         # fused wq, wk, wv (and their biases for Qwen2)
-        self.wqkv = nn.Linear(config.dim, config.q_dim + 2 * config.kv_dim, bias=config.qkv_bias)
-        self.wo = nn.Linear(config.q_dim, config.dim, bias=False)
+        self.wqkv = Linear(config.dim, config.q_dim + 2 * config.kv_dim, bias=config.qkv_bias, device=device)
+        self.wo = Linear(config.q_dim, config.dim, bias=False, device=device)
 
     def _qkv(self, x, cos, sin):
         """x [..., dim] -> q [..., H, hd], k [..., KV, hd] (both rotated), v [..., KV, hd]."""
@@ -110,11 +127,11 @@ class Attention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, device=None):
         super().__init__()
         self.hidden_dim = config.hidden_dim
-        self.w13 = nn.Linear(config.dim, 2 * config.hidden_dim, bias=False)  # fused gate (w1) and up (w3)
-        self.w2 = nn.Linear(config.hidden_dim, config.dim, bias=False)
+        self.w13 = Linear(config.dim, 2 * config.hidden_dim, bias=False, device=device)  # fused gate (w1), up (w3)
+        self.w2 = Linear(config.hidden_dim, config.dim, bias=False, device=device)
 
     def forward(self, x):
         gate, up = self.w13(x).split(self.hidden_dim, dim=-1)  # [..., hidden] each
@@ -122,12 +139,12 @@ class FeedForward(nn.Module):
 
 
 class TransformerBlock(nn.Module):
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, device=None):
         super().__init__()
-        self.attention_norm = RMSNorm(config.dim, config.norm_eps)
-        self.attention = Attention(config)
-        self.ffn_norm = RMSNorm(config.dim, config.norm_eps)
-        self.feed_forward = FeedForward(config)
+        self.attention_norm = RMSNorm(config.dim, config.norm_eps, device)
+        self.attention = Attention(config, device)
+        self.ffn_norm = RMSNorm(config.dim, config.norm_eps, device)
+        self.feed_forward = FeedForward(config, device)
 
     def forward(self, x, cos, sin):
         """x [B, T, dim] -> (x [B, T, dim], k, v [B, KV, T, hd])."""

@@ -52,7 +52,7 @@ import torch.nn as nn
 from .checkpoint import read_checkpoint
 from .config import ModelConfig, weight_shapes
 from .graphs import CudaGraphDecode
-from .layers import Attention, FeedForward, RMSNorm, TransformerBlock, rms_norm  # noqa: F401 (re-exported)
+from .layers import Attention, Embedding, FeedForward, Linear, RMSNorm, TransformerBlock, rms_norm  # noqa: F401
 from .memory import OutOfMemoryError, available_bytes, check_fits, kv_cache_bytes  # noqa: F401
 from .ragged import RaggedDecode
 from .rope import apply_rope, rope_multipliers  # noqa: F401 (re-exported)
@@ -70,20 +70,22 @@ class ContextOverflowError(ValueError):
 
 
 class Transformer(CudaGraphDecode, RaggedDecode, nn.Module):
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, device=None):
+        """device="meta": every parameter without storage or values (a checkpoint fills them: _empty_model)."""
         super().__init__()
         self.config = config.validate()
-        self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim)
-        self.layers = nn.ModuleList(TransformerBlock(config) for _ in range(config.n_layers))
-        self.norm = RMSNorm(config.dim, config.norm_eps)
-        self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
+        self.tok_embeddings = Embedding(config.vocab_size, config.dim, device=device)
+        self.layers = nn.ModuleList(TransformerBlock(config, device) for _ in range(config.n_layers))
+        self.norm = RMSNorm(config.dim, config.norm_eps, device)
+        self.output = Linear(config.dim, config.vocab_size, bias=False, device=device)
         if config.shared_classifier:
             self.output.weight = self.tok_embeddings.weight
-        self._init_weights()
+        if torch.device(device or "cpu").type != "meta":
+            self._init_weights()
         cos, sin = rope_multipliers(config)
-        self.register_buffer("rope_cos", cos, persistent=False)  # [seq_len, hd]
-        self.register_buffer("rope_sin", sin, persistent=False)
-        self.register_buffer("positions", torch.arange(config.seq_len), persistent=False)  # [seq_len]
+        self.register_buffer("rope_cos", cos.to(device), persistent=False)  # [seq_len, hd]
+        self.register_buffer("rope_sin", sin.to(device), persistent=False)
+        self.register_buffer("positions", torch.arange(config.seq_len).to(device), persistent=False)  # [seq_len]
         # the inference cache: empty until setup_cache
         self.k_cache: torch.Tensor | None = None
         self.v_cache: torch.Tensor | None = None
@@ -339,10 +341,16 @@ def _empty_model(config: ModelConfig, device, dtype) -> Transformer:
     n = sum(math.prod(s) for s in weight_shapes(config).values())
     check_fits(f"the weights ({n:,} values in {dtype})", n * torch.empty((), dtype=dtype).element_size(), device,
                "use a smaller model or dtype")
-    with torch.device("meta"):
-        model = Transformer(config)
-    model = model.to_empty(device=device).to(dtype)
-    if config.shared_classifier:  # to_empty keeps the tie, but be explicit
+    # the meta device as the layers' factory argument; their random init is skipped there (layers.Linear)
+    model = Transformer(config, device="meta")
+    # storage for each parameter by torch.empty on the device (Module.to_empty copies meta tensors through
+    # torch's Python reference ops, which import sympy: 0.6 s of start-up)
+    for module in model.modules():
+        for name, p in module._parameters.items():
+            if p is not None:
+                module._parameters[name] = nn.Parameter(torch.empty(p.shape, device=device, dtype=dtype),
+                                                        requires_grad=p.requires_grad)
+    if config.shared_classifier:  # one tensor for both, as the checkpoint has
         model.output.weight = model.tok_embeddings.weight
     # buffers were created on the meta device: rebuild them
     cos, sin = rope_multipliers(config)

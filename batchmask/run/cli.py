@@ -82,7 +82,7 @@ def check_not_an_input(out_path: Path, args) -> None:
 def _generate(args, dist, taskfile, output) -> int:
     from .. import __version__
     from . import distributed
-    from .display import Progress, phase, show_call
+    from .display import PHASE_SECONDS, Progress, phase, show_call
     from .generation import BatchGenerator, GenerationConfig, encode_prompts
 
     device = dist.device if dist else _device(args.device)
@@ -181,6 +181,7 @@ def _generate(args, dist, taskfile, output) -> int:
     progress.close()
     sink.close()
     wall = time.perf_counter() - t0
+    PHASE_SECONDS.append(("generating", wall))
     if shown and not todo and skip:
         print(f"batchmask: {output.out_path} is already complete ({len(skip)} of {len(tasks)} tasks); nothing to do",
               file=sys.stderr)

@@ -41,10 +41,23 @@ class Progress:
 @contextmanager
 def phase(desc: str, enabled: bool = True):
     """A long step with no count (a model load, a compile): on a terminal, its name while it runs and how long it
-    took once done (tqdm's elapsed clock)."""
-    if not (enabled and sys.stderr.isatty()):
-        yield
-        return
+    took once done (tqdm's elapsed clock). Every phase's duration is kept in PHASE_SECONDS (benchmarks/startup.py)."""
+    t0 = time.perf_counter()
+    try:
+        if enabled and sys.stderr.isatty():
+            with _shown(desc):
+                yield
+        else:
+            yield
+    finally:
+        PHASE_SECONDS.append((desc, time.perf_counter() - t0))
+
+
+PHASE_SECONDS: list[tuple[str, float]] = []        # (phase, seconds) of this process's phases, in order
+
+
+@contextmanager
+def _shown(desc: str):
     from tqdm import tqdm
     t0 = time.perf_counter()
     bar = tqdm(total=1, desc=desc, file=sys.stderr, bar_format="{desc} ... {elapsed}", leave=False)
