@@ -334,12 +334,17 @@ def test_torchrun_two_gloo_ranks_write_one_output_in_order(files, tmp_path, extr
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
            str(29500 + os.getpid() % 1000), "-m", "batchmask", "generate", "--tasks", str(files / "tasks.txt"),
            "--checkpoint", str(files / "model.bin"), "--tokenizer", str(files / "tokenizer.bin"), "--batch-size", "4",
-           "--max-new-tokens", "24", "--quiet", "--device", "cpu", "--out", str(multi), *extra]
+           "--max-new-tokens", "24", "--device", "cpu", "--out", str(multi), *extra]
     done = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     strip = lambda p: [{k: v for k, v in json.loads(x).items() if k != "seconds"} for x in p.read_text().splitlines()]
     assert strip(multi) == strip(single)
     assert not list(tmp_path.glob("multi.jsonl.part*"))
+    # one summary for the whole run, from rank 0: every rank's tasks and tokens added up
+    said = [ln for ln in done.stderr.splitlines() if ln.startswith("batchmask: ")]
+    tokens = sum(r["tokens"] for r in strip(single))
+    assert len(said) == 1 and said[0].startswith(f"batchmask: {len(strip(single))} tasks (constrained)"), said
+    assert f" {tokens} tokens in " in said[0] and "2 ranks on cpu" in said[0], said
 
 
 # --- progress: on a terminal only, never under --quiet (a pseudo-terminal stands in for the person) ---------

@@ -185,11 +185,14 @@ def _generate(args, dist, taskfile, output) -> int:
     if shown and not todo and skip:
         print(f"batchmask: {output.out_path} is already complete ({len(skip)} of {len(tasks)} tasks); nothing to do",
               file=sys.stderr)
-    elif not args.quiet:
+    ranks = distributed.gathered(dist, (done[0], parsed, done[1], wall))   # one summary for every rank
+    n, parsed, tokens = (sum(r[k] for r in ranks) for k in range(3))
+    wall = max(r[3] for r in ranks)                                          # the slowest rank's
+    if shown and (todo or not skip):
         arm = "free" if args.no_constrain else "constrained"
-        print(f"batchmask: {done[0]} tasks ({arm}), {parsed} parsed as calls, {done[1]} tokens in "
-              f"{wall:.2f} s ({done[1] / max(wall, 1e-9):,.0f} tok/s, batch {batch}, "
-              f"{device}{', rank ' + str(dist.rank) if dist else ''})", file=sys.stderr)
+        where = f"{len(ranks)} ranks on {device.type}, batch {batch} each" if dist else f"batch {batch}, {device}"
+        print(f"batchmask: {n} tasks ({arm}), {parsed} parsed as calls, {tokens} tokens in {wall:.2f} s "
+              f"({tokens / max(wall, 1e-9):,.0f} tok/s, {where})", file=sys.stderr)
     output.finish(sink)
     if dist:
         distributed.teardown()

@@ -101,6 +101,16 @@ def on_rank0(dist: Dist | None, fn):
     return result
 
 
+def gathered(dist: Dist | None, value) -> list:
+    """Every rank's `value`, in rank order, on every rank ([value] on one process)."""
+    if dist is None:
+        return [value]
+    import torch.distributed as td
+    out = [None] * dist.world
+    td.all_gather_object(out, value)
+    return out
+
+
 def agree(dist: Dist | None, fn):
     """fn() on every rank; if any rank fails, every rank raises the first rank's error (no rank is left waiting)."""
     if dist is None:

@@ -43,7 +43,8 @@ def exit_at_once(signum, frame) -> None:
     from .locks import unlink_held_locks
     unlink_held_locks()
     status, word = STOPS.get(signum, STOPS[signal.SIGINT])
-    os.write(2, f"batchmask: {word}\n".encode())
+    if os.environ.get("RANK", "0").strip() in ("", "0"):     # under torchrun every rank stops: rank 0 says it
+        os.write(2, f"batchmask: {word}\n".encode())
     os._exit(status)
 
 
