@@ -9,7 +9,6 @@ Every error a user can cause ends as one line on stderr and a non-zero exit.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -21,7 +20,7 @@ from ..text import printable, say_error, say_warning
 from . import interrupts, limits
 from .cli_format import Parser as _Parser
 from .cli_format import Version as _Version
-from .fingerprint import run_settings
+from .fingerprint import run_file_fields
 from .limits import float_arg, int_arg
 from .loading import (  # noqa: F401
     DEFAULT_DIR,
@@ -35,6 +34,8 @@ from .loading import (  # noqa: F401
     load_registry,
     resolve_model_paths,
 )
+from .openai_batch import BatchWriter, per_task
+from .runfiles import TASK_FORMATS
 
 
 # --- commands -----------------------------------------------------------------------------------
@@ -80,7 +81,6 @@ def check_not_an_input(out_path: Path, args) -> None:
 
 
 def _generate(args, dist, taskfile, output) -> int:
-    from .. import __version__
     from . import distributed
     from .display import PHASE_SECONDS, Progress, phase, show_call
     from .generation import BatchGenerator, GenerationConfig, encode_prompts
@@ -106,53 +106,54 @@ def _generate(args, dist, taskfile, output) -> int:
     context = model.config.seq_len
     max_new = _max_new_tokens(args.max_new_tokens, context)
     taskfile.check_limits(context, "the model's context (seq_len)")
-    settings = info = None
-    if output.out_path is not None and output.rank0:
-        checkpoint, tokenizer_path = resolve_model_paths(args.checkpoint, args.tokenizer)
-        settings = run_settings(args, taskfile, checkpoint, tokenizer_path, device, dtype, max_new)  # fingerprint.py
-        from ..tools.chat_template import pick_template
-        template = pick_template(tokenizer, tools=True)     # the prompt's form (its file may sit beside --tokenizer)
-        if template is not None:
-            settings["chat_template"] = "sha256:" + hashlib.sha256(template.encode("utf-8")).hexdigest()
-        info = {"batchmask": __version__, "tasks": str(taskfile.name), "checkpoint": str(checkpoint),
-                "tokenizer": str(tokenizer_path), "tools": args.tools, "batch_size": args.batch_size,
-                "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    skip = output.plan(settings, tasks)
-    todo = [i for i in range(len(tasks)) if i not in skip]
+    settings, info = run_file_fields(args, taskfile, tokenizer, device, dtype, max_new) \
+        if output.out_path is not None and output.rank0 else (None, None)     # what --resume checks (fingerprint.py)
+    requests = taskfile.requests                              # a Batch API file's (run/openai_batch.py), or []
+    skip = output.plan(settings, tasks, [r["custom_id"] for r in requests] if requests else None)
+    todo = [i for i in range(len(tasks)) if i not in skip and not (requests and requests[i]["refused"])]
     if dist:
         todo = todo[dist.rank::dist.world]
     limits = [taskfile.limits[i] or max_new for i in todo]
     batch = max(1, min(args.batch_size, len(todo)))           # more slots than tasks would only cost memory
     inputs = [taskfile.task_input(i) for i in todo]           # a task's text, or its JSONL "messages"
-
+    sampling, keys = per_task(requests, todo, args.temperature, args.top_p)   # a Batch API file's, or None
     config = GenerationConfig(batch_size=batch, max_new_tokens=max([max_new, *limits]),
                               temperature=args.temperature, top_p=args.top_p, seed=args.seed,
                               constrain=not args.no_constrain, record_counts=args.show, format=args.format,
                               system=args.system, jump_forward=bool(args.jump_forward))
 
     def generator(w):
-        return BatchGenerator(model, tokenizer, registry, wave_table(w, args, plan, todo, tokenizer, device), config,
-                              registries=w.registries)
+        return BatchGenerator(model, tokenizer, registry, wave_table(w, args, plan, todo, tokenizer, device),
+                              w.config(config), registries=w.registries)
+
+    prompt_tokens: dict[int, int] = {}                      # task -> its prompt's length (a Batch API file's usage)
 
     def prepare():
         # every tool set's grammar (cached; a table per wave of tasks: run/waves.py), every prompt and the first
         # wave's generator (its KV cache: too large a batch is refused here), before any write
-        waves = prepare_waves(args, plan, todo, tokenizer, device, args.max_sets_per_table)
+        waves = prepare_waves(args, plan, todo, tokenizer, device, args.max_sets_per_table, sampling)
         for w in waves:
-            encode_prompts(inputs[w.lo:w.hi], tokenizer, [w.registries[g] for g in w.groups], context, args.system)
+            ids = encode_prompts(inputs[w.lo:w.hi], tokenizer, [w.registries[g] for g in w.groups], context,
+                                 args.system)
+            prompt_tokens.update((todo[w.lo + k], len(x)) for k, x in enumerate(ids))
         return waves, [generator(waves[0])]
     with phase("compiling the grammars, encoding the prompts", shown and bool(todo)):
         waves, first = distributed.agree(dist, prepare)         # first: [the first wave's generator], popped when used
     task_registry = {todo[w.lo + k]: w.registries[g] for w in waves for k, g in enumerate(w.groups)}
     output.commit(settings, info)
     sink = output.sink()
+    if requests:                                              # answers as Batch API output lines, in order
+        batch_out = BatchWriter(taskfile, sink, skip, prompt_tokens, args.checkpoint, writes_refused=output.rank0)
     progress = Progress(len(todo), enabled=shown and bool(todo))
     parsed = 0
 
     def on_result(res):
         nonlocal parsed
         parsed += res.call is not None
-        sink.write(res.record())
+        if requests:
+            batch_out.write(res.record(), schema=hasattr(task_registry[res.index], "schema"))  # a SchemaTask
+        else:
+            sink.write(res.record())
         if args.show:
             from .schema_task import render_prompt  # a tool set's prompt, or a schema task's
             reg = task_registry[res.index]                                # the task's own tool set
@@ -165,7 +166,7 @@ def _generate(args, dist, taskfile, output) -> int:
     done = [0, 0]                                                # tasks, tokens (of every wave so far)
     try:
         run_waves(waves, lambda w: first.pop() if first else generator(w), inputs, todo, limits, on_result,
-                  progress, done)
+                  progress, done, keys)
     except KeyboardInterrupt as stop:                       # Ctrl-C (130) or SIGTERM (143): keep what finished
         progress.close()
         sink.close()
@@ -177,6 +178,8 @@ def _generate(args, dist, taskfile, output) -> int:
         sink.close()
         output.mark_failed(e)
         raise
+    if requests:
+        batch_out.finish()
     progress(done[0], done[1], force=True)
     progress.close()
     sink.close()
@@ -206,7 +209,6 @@ def check_output_file(path, flag: str, inputs: dict) -> None:
         return
     p = Path(path)
     check_target(p, flag)                          # a device, FIFO, directory or link is never written
-
     if not p.parent.is_dir():
         raise ValueError(f"{flag} {p}: the directory {p.parent} does not exist")
     for name, value in inputs.items():
@@ -341,10 +343,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("generate", help="one tool call per task, batched")
     g.add_argument("--tasks", required=True,
-                   help="text file (one task per line), JSONL ({\"task\": ..., \"max_new_tokens\": ...} per line) "
-                        "or -; JSONL when the first non-blank line is a JSON object")
-    g.add_argument("--tasks-format", choices=("auto", "text", "jsonl"), default="auto",
-                   help="force reading --tasks as plain lines or as JSONL (default: auto)")
+                   help="text file (one task per line), JSONL ({\"task\": ..., \"max_new_tokens\": ...} per line), an "
+                        "OpenAI Batch API requests file, or -; JSONL when the first non-blank line is a JSON object")
+    g.add_argument("--tasks-format", choices=TASK_FORMATS, default="auto",
+                   help="force reading --tasks as plain lines, JSONL or Batch API requests (default: auto, by content)")
     g.add_argument("--tools", help="tool registry JSON (default: the built-in tools)")
     g.add_argument("--grammar", help="a cache file written by `batchmask compile`")
     g.add_argument("--grammar-cache", metavar="DIR", help="where compiled grammars are kept between runs, one per "

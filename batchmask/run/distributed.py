@@ -138,6 +138,7 @@ class Output:
         self.locks: list[FileLock] = []
         self.scans: list[runfiles.ResultScan] = []
         self.sort_at_end = False
+        self.custom_ids: list[str] | None = None
         self.rank0 = dist is None or dist.rank == 0
 
     def part_path(self, rank: int) -> Path:
@@ -170,8 +171,10 @@ class Output:
             if p.exists():
                 raise RunFileError(f"{p} exists; pass --resume to continue it or --force to overwrite")
 
-    def plan(self, settings: dict | None, tasks: list[str]) -> set[int]:
-        """The indices already finished (--resume), after checking every file involved; nothing is changed."""
+    def plan(self, settings: dict | None, tasks: list[str], custom_ids: list[str] | None = None) -> set[int]:
+        """The indices already finished (--resume), after checking every file involved; nothing is changed.
+        `custom_ids`: a Batch API file's, by which its output lines are matched to requests."""
+        self.custom_ids = custom_ids
         if self.out_path is None or not self.resume:
             return set()
         return set(on_rank0(self.dist, lambda: sorted(self._scan(settings, tasks))))
@@ -182,7 +185,7 @@ class Output:
         if files or fingerprint.run_file(out).exists():
             fingerprint.check_run_settings(out, settings)
         self.scans = [runfiles.scan_results(p) for p in files]
-        return runfiles.check_against_tasks(self.scans, tasks, out)
+        return runfiles.check_against_tasks(self.scans, tasks, out, self.custom_ids)
 
     def commit(self, settings: dict | None, info: dict) -> None:
         """The run's first change to the file system (every input has been checked by now)."""
@@ -224,8 +227,7 @@ class Output:
         """Every rank has finished; rank 0 writes the one output in input order."""
         if self.dist is None:
             if self.sort_at_end:                       # a --resume that filled gaps: its lines are at the end
-                records = runfiles.scan_results(self.out_path).records
-                runfiles.write_records(self.out_path, sorted(records, key=lambda rec: rec["index"]))
+                runfiles.write_records(self.out_path, self._sorted_records([self.out_path]))
             return
         import torch.distributed as td
         if self.out_path is None:
@@ -239,11 +241,16 @@ class Output:
         td.barrier()
         if self.rank0:
             parts = [self.part_path(r) for r in range(self.dist.world)]
-            records = [r for p in [self.out_path, *parts] for r in runfiles.scan_results(p).records]
-            runfiles.write_records(self.out_path, sorted(records, key=lambda rec: rec["index"]))
+            runfiles.write_records(self.out_path, self._sorted_records([self.out_path, *parts]))
             for p in parts:
                 unlink_regular(p)
         td.barrier()
+
+    def _sorted_records(self, paths: list[Path]) -> list[dict]:
+        """Every record of these files, by task index (a Batch API line's: its request's place in the file)."""
+        records = [r for p in paths for r in runfiles.scan_results(p).records]
+        place = {c: i for i, c in enumerate(self.custom_ids or [])}
+        return sorted(records, key=lambda rec: place[rec["custom_id"]] if "custom_id" in rec else rec["index"])
 
     def close(self) -> None:
         for lock in reversed(self.locks):

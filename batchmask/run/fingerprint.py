@@ -24,6 +24,25 @@ FILE_FLAGS = {"tools", "grammar"}
 _DERIVED = {"tasks", "checkpoint", "tokenizer", "device", "dtype", "max_new_tokens", "seed"}
 
 
+def run_file_fields(args, taskfile: TaskFile, tokenizer, device, dtype, max_new_tokens: int) -> tuple[dict, dict]:
+    """(settings, info) of a `generate` run's OUT.run.json: what its results depend on (run_settings, and the
+    chat template that shapes its prompts), and what it records for a person (versions, files, start time)."""
+    import time
+
+    from .. import __version__
+    from ..tools.chat_template import pick_template
+    from .loading import resolve_model_paths
+    checkpoint, tokenizer_path = resolve_model_paths(args.checkpoint, args.tokenizer)
+    settings = run_settings(args, taskfile, checkpoint, tokenizer_path, device, dtype, max_new_tokens)
+    template = pick_template(tokenizer, tools=True)     # the prompt's form (its file may sit beside --tokenizer)
+    if template is not None:
+        settings["chat_template"] = "sha256:" + hashlib.sha256(template.encode("utf-8")).hexdigest()
+    info = {"batchmask": __version__, "tasks": str(taskfile.name), "checkpoint": str(checkpoint),
+            "tokenizer": str(tokenizer_path), "tools": args.tools, "batch_size": args.batch_size,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    return settings, info
+
+
 def run_settings(args, taskfile: TaskFile, checkpoint: Path, tokenizer_path: Path, device, dtype,
                  max_new_tokens: int) -> dict:
     """The settings of a `generate` run, JSON-able and sorted by name."""

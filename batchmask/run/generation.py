@@ -267,11 +267,13 @@ class BatchGenerator:
     def run(self, tasks: list[str], indices: list[int] | None = None,
             on_result: Callable[[Result], None] | None = None,
             on_progress: Callable[[int, int], None] | None = None,
-            limits: list[int] | None = None, groups: list[int] | None = None) -> RunStats:
+            limits: list[int] | None = None, groups: list[int] | None = None,
+            keys: list[int | None] | None = None) -> RunStats:
         """Generate a call for every task; `on_result` gets each Result in input order.
 
         limits: an optional token ceiling per task (at most config.max_new_tokens, the default).
         groups: which of `registries` each task uses (default 0: `registry`).
+        keys: a task's own draw key instead of its index's (None: the index's), e.g. a Batch API request's seed.
         """
         c = self.config
         B = c.batch_size
@@ -330,8 +332,9 @@ class BatchGenerator:
             self.n_steps[rows] = 0
             self.ended[rows] = False
             self.active[rows] = True
-            self.seeds[rows] = torch.tensor([task_seed(c.seed, indices[next_task + j]) for j in range(len(take))],
-                                            device=self.device)
+            own = keys[next_task: next_task + len(take)] if keys is not None else [None] * len(take)
+            self.seeds[rows] = torch.tensor([task_seed(c.seed, indices[next_task + j]) if k is None else int(k)
+                                             for j, k in enumerate(own)], device=self.device)
             if self.masker is not None:
                 starts = None if self.one_start else \
                     self.starts[torch.tensor(groups[next_task: next_task + len(take)], device=self.device)]

@@ -213,7 +213,7 @@ def plan_tasks(taskfile, registry: ToolRegistry, options=None, choice=None, form
     distinct value, under the run's tool `choice` (batchmask.tools.choice.ToolChoice; None: one call) and the
     task's own "tool_choice" / "parallel_tool_calls" (`taskfile.choices`); a bad one is refused naming its task
     file line and task number."""
-    from ..tools.choice import check_choice, resolve_choice
+    from ..tools.choice import check_choice
     check_choice(choice, registry, format, getattr(registry, "source", "--tools"))
     plan = TaskPlan([registry.with_choice(choice)], [], [None])
     seen: dict[str, int] = {}
@@ -221,6 +221,7 @@ def plan_tasks(taskfile, registry: ToolRegistry, options=None, choice=None, form
     tools = getattr(taskfile, "tools", None) or [None] * n
     schemas = getattr(taskfile, "schemas", None) or [None] * n
     choices = getattr(taskfile, "choices", None) or [None] * n
+    requests = getattr(taskfile, "requests", None) or []          # a Batch API file's requests (run/openai_batch.py)
     for i, (obj, schema, fields) in enumerate(zip(tools, schemas, choices)):
         fields = {} if schema is not None or fields is None else fields     # a schema task makes no calls
         if obj is None and schema is None and not fields:
@@ -230,20 +231,39 @@ def plan_tasks(taskfile, registry: ToolRegistry, options=None, choice=None, form
         if text not in seen:
             what = "tools" if obj is not None else "schema" if schema is not None else "tool_choice"
             where = f"{taskfile.name} line {taskfile.lines[i]} (task {i}) \"{what}\""
-            if obj is not None and schema is not None:
-                raise RegistryError(f"{where}: a task has \"tools\" or a \"schema\", not both")
-            if schema is not None:
-                reg = SchemaTask(schema, where, options)
+            try:
+                reg = _task_registry(registry, obj, schema, fields, choice, format, options, where)
+            except (RegistryError, ValueError) as e:
+                if not requests:                       # a Batch API file answers it (status 400); others stop
+                    raise
+                seen[text] = (getattr(e, "param", None) or ("response_format" if what == "schema" else what), str(e))
             else:
-                base = registry if obj is None else ToolRegistry.from_obj(obj, source=where, options=options)
-                own = resolve_choice(choice, fields, where)
-                check_choice(own, base, format, where)
-                reg = base.with_choice(own)
-            seen[text] = len(plan.registries)
-            plan.registries.append(reg)
-            plan.where.append(where)
+                seen[text] = len(plan.registries)
+                plan.registries.append(reg)
+                plan.where.append(where)
+        if isinstance(seen[text], tuple):              # a request that cannot run: refused, never scheduled
+            requests[i]["refused"] = seen[text]
+            plan.groups.append(0)
+            continue
         plan.groups.append(seen[text])
     return plan
+
+
+def _task_registry(registry, obj, schema, fields, choice, format, options, where):
+    """One task's own tool set (or schema task) under its tool choice."""
+    from ..tools.choice import check_choice, resolve_choice
+    if obj is not None and schema is not None:
+        raise RegistryError(f"{where}: a task has \"tools\" or a \"schema\", not both")
+    if schema is not None:
+        return SchemaTask(schema, where, options)
+    base = registry if obj is None else ToolRegistry.from_obj(obj, source=where, options=options)
+    try:
+        own = resolve_choice(choice, fields, where)
+        check_choice(own, base, format, where)
+    except (RegistryError, ValueError) as e:
+        e.param = "parallel_tool_calls" if "parallel_tool_calls" in str(e) else "tool_choice"   # a 400's field
+        raise
+    return base.with_choice(own)
 
 
 # --- a run's table ----------------------------------------------------------------------------------

@@ -20,15 +20,15 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import RunFileError  # noqa: F401  (run.runfiles.RunFileError: where the run's modules import it)
 from ..safe_write import write_atomic
-
-
-class RunFileError(ValueError):
-    """A task, result or run file that cannot be used as it is (the message names file, line and reason)."""
+from . import openai_batch
 
 
 # --- JSON Lines -----------------------------------------------------------------------------------
 def record_line(record: dict) -> str:
+    if "custom_id" in record:                    # a Batch API output line: its own fields only (not "index")
+        record = {k: record[k] for k in openai_batch.BATCH_KEYS}
     """One result record as one JSON Lines line (UTF-8 kept as is; JSON escapes every control character)."""
     return json.dumps(record, ensure_ascii=False) + "\n"
 
@@ -61,7 +61,7 @@ def _decode(raw: bytes, name: str) -> str:
 
 
 # --- task files -----------------------------------------------------------------------------------
-TASK_FORMATS = ("auto", "text", "jsonl")
+TASK_FORMATS = ("auto", "text", "jsonl", "openai-batch")
 CHOICE_FIELDS = ("tool_choice", "parallel_tool_calls")   # a task's own tool choice (batchmask.tools.choice)
 MAX_TASK_LINE = 4 << 20                          # characters in one task line (4 Mi: a prompt far past any context
                                                 # we run, a tool list of large schemas): a longer line is refused
@@ -90,6 +90,9 @@ class TaskFile:
     # JSONL "tool_choice" / "parallel_tool_calls" per task ({field: value} of those it gives; None where it gives
     # neither, batchmask.tools.choice.resolve_choice); empty when no line has any
     choices: list = field(default_factory=list)
+    # format "openai-batch": each request's own settings (custom_id, model, temperature, top_p, seed, stop, and
+    # why it is refused, if it is: batchmask.run.openai_batch), one per task; empty for other formats
+    requests: list = field(default_factory=list)
 
     def key(self) -> str:
         """sha256 of the tasks, their ceilings and their messages, in order (what the results depend on, not the
@@ -103,6 +106,8 @@ class TaskFile:
             rows = [[*r, {"schema": x}] for r, x in zip(rows, self.schemas)]
         if any(x is not None for x in self.choices):
             rows = [[*r, {"choice": x}] for r, x in zip(rows, self.choices)]
+        if self.requests:
+            rows = [[*r, {"request": x}] for r, x in zip(rows, self.requests)]
         blob = json.dumps(rows, ensure_ascii=False)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
@@ -172,7 +177,8 @@ def read_tasks(path: str, fmt: str = "auto") -> TaskFile:
             raise RunFileError(f"{name} line {n}: {len(ln):,} characters, above the {MAX_TASK_LINE:,} a task line "
                                f"may hold (batchmask.run.runfiles.MAX_TASK_LINE)")
     if fmt == "auto":
-        fmt = "jsonl" if _json_object(lines[0][1]) is not None else "text"
+        first = _json_object(lines[0][1])
+        fmt = "text" if first is None else "openai-batch" if openai_batch.is_request(first) else "jsonl"
         if fmt == "text":
             _refuse_json_document(text, name)
             # a JSONL file whose first line is broken must not silently become plain tasks
@@ -183,7 +189,8 @@ def read_tasks(path: str, fmt: str = "auto") -> TaskFile:
                                        f"fix the line or pass --tasks-format text|jsonl")
     if fmt == "text":
         return TaskFile(name, "text", [ln.strip() for _, ln in lines], [None] * len(lines), [n for n, _ in lines])
-    tasks, limits, convos, tools, schemas, choices = [], [], [], [], [], []
+    tasks, limits, convos, tools, schemas, choices, requests = [], [], [], [], [], [], []
+    seen_ids: dict[str, int] = {}
     for n, ln in lines:
         try:
             obj = json.loads(ln)
@@ -194,6 +201,13 @@ def read_tasks(path: str, fmt: str = "auto") -> TaskFile:
         if not isinstance(obj, dict):
             raise RunFileError(f"{name} line {n}: expected a JSON object, got {type(obj).__name__}")
         _check_unicode(obj, name, n)
+        if fmt == "openai-batch":                  # a request line: read as the task fields it stands for
+            obj, settings = openai_batch.request_task(obj, f"{name} line {n}")
+            if settings["custom_id"] in seen_ids:
+                raise RunFileError(f"{name} line {n}: custom_id {settings['custom_id']!r:.60} is also line "
+                                   f"{seen_ids[settings['custom_id']]}'s; each request needs its own")
+            seen_ids[settings["custom_id"]] = n
+            requests.append(settings)
         task = obj.get("task")
         convo = _messages(obj, name, n)
         if convo is not None:
@@ -218,11 +232,11 @@ def read_tasks(path: str, fmt: str = "auto") -> TaskFile:
                                f"{type(schemas[-1]).__name__}")
         own = {k: obj[k] for k in CHOICE_FIELDS if obj.get(k) is not None}      # checked by plan_tasks
         choices.append(own or None)
-    return TaskFile(name, "jsonl", tasks, limits, [n for n, _ in lines],
+    return TaskFile(name, fmt, tasks, limits, [n for n, _ in lines],
                     convos if any(c is not None for c in convos) else [],
                     tools if any(x is not None for x in tools) else [],
                     schemas if any(x is not None for x in schemas) else [],
-                    choices if any(x is not None for x in choices) else [])
+                    choices if any(x is not None for x in choices) else [], requests)
 
 
 def _check_unicode(obj: dict, name: str, n: int) -> None:
@@ -262,11 +276,13 @@ def _messages(obj: dict, name: str, n: int) -> list | None:
 # The fields every batchmask result record has, with their JSON types (records may carry more).
 RESULT_FIELDS = {"index": (int,), "task": (str,), "text": (str,), "call": (dict, type(None)),
                  "error": (str, type(None)), "tokens": (int,), "cut": (bool,)}
-_RECORD_START = b'{"index": '                   # how record_line() begins every record
+_RECORD_STARTS = (b'{"index": ', b'{"id": ')     # how record_line() begins a record, or a Batch API line
 
 
 def check_record(obj, where: str) -> dict:
-    """`obj` if it is a batchmask result record, else RunFileError naming `where` and the reason."""
+    """`obj` if it is a batchmask result record (or a Batch API output line), else RunFileError naming `where`."""
+    if isinstance(obj, dict) and "custom_id" in obj:
+        return openai_batch.check_output_line(obj, where)
     if not isinstance(obj, dict):
         raise RunFileError(f"{where}: not a batchmask result record (a JSON {type(obj).__name__})")
     for key, types in RESULT_FIELDS.items():
@@ -317,7 +333,7 @@ def scan_results(path: Path) -> ResultScan:
         except (json.JSONDecodeError, RecursionError):
             raise RunFileError(f"{where}: not JSON; not a batchmask result file, cannot --resume from it") from None
         scan.records.append(check_record(obj, where))
-    if tail and not (tail.startswith(_RECORD_START) or _RECORD_START.startswith(tail)):
+    if tail and not any(tail.startswith(p) or p.startswith(tail) for p in _RECORD_STARTS):
         raise RunFileError(f"{path} line {len(complete) + 1}: not a batchmask result record (and no final newline); "
                            f"cannot --resume from it")
     scan.keep = len(data) - len(tail)
@@ -348,14 +364,26 @@ def check_order(scan: ResultScan, resumed_tail: bool) -> None:
                        f"batchmask run writes its results in input order (hand-edited?), cannot --resume from it")
 
 
-def check_against_tasks(scans: list[ResultScan], tasks: list[str], out: Path | None = None) -> set[int]:
+def check_against_tasks(scans: list[ResultScan], tasks: list[str], out: Path | None = None,
+                        custom_ids: list[str] | None = None) -> set[int]:
     """The task indices these result files finish; refuses (naming file and line) lines out of order
     (`check_order`: only `out` may hold a resumed tail), an index out of range, one task twice (across all the
-    files), or a record whose task is not the task at its index."""
+    files), or a record whose task is not the task at its index. With `custom_ids` (a Batch API file), each
+    output line's index is its request's place in the file."""
     done: dict[int, str] = {}
+    index_of = {c: i for i, c in enumerate(custom_ids or [])}
     for scan in scans:
         for n, rec in enumerate(scan.records, 1):
-            i, where = rec["index"], f"{scan.path} line {n}"
+            where = f"{scan.path} line {n}"
+            if custom_ids is not None:
+                if "custom_id" not in rec or rec["custom_id"] not in index_of:
+                    raise RunFileError(f"{where}: not an output line of a request in the tasks file (custom_id "
+                                       f"{str(rec.get('custom_id'))[:40]!r}); cannot --resume from it")
+                rec["index"], rec["task"] = index_of[rec["custom_id"]], tasks[index_of[rec["custom_id"]]]
+            elif "custom_id" in rec:
+                raise RunFileError(f"{where}: a Batch API output line, but the tasks file is not a Batch API "
+                                   f"file; cannot --resume from it")
+            i = rec["index"]
             if i >= len(tasks):
                 raise RunFileError(f"{where}: result for task {i}, but the tasks file has {len(tasks)} tasks")
             if i in done:

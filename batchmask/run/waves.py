@@ -16,7 +16,7 @@ tasks, in order, into waves whose tasks use at most `max_sets` distinct tool set
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -33,15 +33,24 @@ class Wave:
     table: object | None          # None: read again from the grammar cache when the wave runs
     registries: list
     groups: list[int]             # per task of the wave, an index into registries
+    sampling: tuple | None = None  # (temperature, top_p) of every task of the wave, None: the run's
+
+    def config(self, run_config):
+        """The run's GenerationConfig with the wave's own sampling, if it has one."""
+        if self.sampling is None:
+            return run_config
+        return replace(run_config, temperature=self.sampling[0], top_p=self.sampling[1])
 
 
-def cut_waves(groups: list[int], max_sets: int) -> list[tuple[int, int]]:
-    """Consecutive ranges of tasks (lo, hi), each using at most max_sets distinct groups (greedy, in order)."""
+def cut_waves(groups: list[int], max_sets: int, sampling: list | None = None) -> list[tuple[int, int]]:
+    """Consecutive ranges of tasks (lo, hi), each using at most max_sets distinct groups (greedy, in order) and,
+    given `sampling` (a value per task), one value of it."""
     if max_sets < 1:
         raise ValueError(f"--max-sets-per-table must be >= 1, got {max_sets}")
     out, lo, seen = [], 0, set()
     for i, g in enumerate(groups):
-        if g not in seen and len(seen) == max_sets:
+        new_setting = sampling is not None and i > lo and sampling[i] != sampling[lo]
+        if (g not in seen and len(seen) == max_sets) or new_setting:
             out.append((lo, i))
             lo, seen = i, set()
         seen.add(g)
@@ -50,16 +59,18 @@ def cut_waves(groups: list[int], max_sets: int) -> list[tuple[int, int]]:
     return out
 
 
-def prepare_waves(args, plan: TaskPlan, todo: list[int], tokenizer, device, max_sets: int) -> list[Wave]:
-    """Every wave's table compiled or loaded (see the module docstring); the first one kept on the device."""
-    ranges = cut_waves([plan.groups[i] for i in todo], max_sets)
+def prepare_waves(args, plan: TaskPlan, todo: list[int], tokenizer, device, max_sets: int,
+                  sampling: list | None = None) -> list[Wave]:
+    """Every wave's table compiled or loaded (see the module docstring); the first one kept on the device.
+    `sampling`: (temperature, top_p) per task of `todo` (None: the run's), a Batch API file's per request."""
+    ranges = cut_waves([plan.groups[i] for i in todo], max_sets, sampling)
     cached = cache_dir_of(getattr(args, "grammar_cache", None)) is not None
     waves = []
     for k, (lo, hi) in enumerate(ranges):
         table, regs, groups = run_grammars(args, plan, todo[lo:hi], tokenizer, device)
         if k > 0 and table is not None:
             table = None if cached else table.to("cpu")                     # read back / moved when it runs
-        waves.append(Wave(lo, hi, table, regs, groups))
+        waves.append(Wave(lo, hi, table, regs, groups, sampling[lo] if sampling else None))
     return waves
 
 
@@ -74,7 +85,7 @@ def wave_table(wave: Wave, args, plan: TaskPlan, todo: list[int], tokenizer, dev
 
 
 def run_waves(waves: list[Wave], generator, inputs: list, todo: list[int], limits: list[int], on_result, progress,
-              done: list[int]) -> None:
+              done: list[int], keys: list | None = None) -> None:
     """Each wave through its own generator (generator(wave) -> BatchGenerator), one after another; `done`
     ([tasks, tokens], updated in place) and `progress` count across waves."""
     def on_progress(n: int, tokens: int) -> None:
@@ -82,7 +93,7 @@ def run_waves(waves: list[Wave], generator, inputs: list, todo: list[int], limit
     for w in waves:
         gen = generator(w)
         stats = gen.run(inputs[w.lo:w.hi], indices=todo[w.lo:w.hi], on_result=on_result, on_progress=on_progress,
-                        limits=limits[w.lo:w.hi], groups=w.groups)
+                        limits=limits[w.lo:w.hi], groups=w.groups, keys=keys[w.lo:w.hi] if keys else None)
         done[0] += stats.tasks
         done[1] += stats.tokens
         w.table = None                      # its device memory is free before the next wave's table arrives
