@@ -190,3 +190,13 @@ def replot(args: argparse.Namespace, draw: Callable) -> int:
     data = json.loads(Path(args.plot_from).read_text())
     print(write_plot(draw, data, plot_path(args, args.plot_from)), flush=True)
     return 0
+
+
+def batch_axis(ax, batches) -> None:
+    """A batch-size x axis: log 2 scale, a tick at each size measured (not at matplotlib's powers of 10)."""
+    sizes = sorted(set(batches))
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes, [str(b) for b in sizes])
+    ax.minorticks_off()
+    ax.set_xlabel("batch size")
+    ax.grid(alpha=0.3)
