@@ -252,7 +252,7 @@ def draw(plt, out: dict):
     vs apart) and ms per step at B = 64 (model, mask for one set vs many), each with its target as a line."""
     comp, mem, step = out["compile"], out["memory"], out["step"]
     fig, (a, b, c) = plt.subplots(1, 3, figsize=(13, 4.5))
-    a.bar(["together", "cache\\nfile", "apart", "apart +\ncombine", "no shared\ntool"],
+    a.bar(["together", "cache\nfile", "apart", "apart +\ncombine", "no shared\ntool"],
           [comp["compile_s"], comp["cache_load_s"], comp["apart_s"], comp["apart_s"] + comp["combine_s"],
            comp["distinct_s"]], color=["C0", "C0", "C1", "C1", "C2"])
     a.axhline(comp["target_s"], color="k", linestyle=":", label=f"target {comp['target_s']:.2f} s")
