@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib
 import json
 import random
 import sys
@@ -121,6 +122,15 @@ def random_model(config: ModelConfig, device="cpu", dtype=torch.float32, seed: i
         path = Path(tmp) / "random.bin"
         write_checkpoint(path, config, random_weights(config, seed=seed), version=0)
         return load_checkpoint(path, device=device, dtype=dtype)
+
+
+def optional_import(module: str, skipped: str):
+    """(the module, None), or (None, a one-line note) when it is not installed: a peer a benchmark compares with
+    (xgrammar, llguidance, transformers) is optional, and what its absence skips is said once, in one wording."""
+    try:
+        return importlib.import_module(module), None
+    except ImportError:  # also a module set to None in sys.modules (how the tests simulate its absence)
+        return None, f"{module} not installed: {skipped} skipped (pip install {module})"
 
 
 class LLGuidanceTokens:

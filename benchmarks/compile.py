@@ -22,7 +22,6 @@ writes JSON, and the plot beside it (or at --plot): cold and warm compile ms per
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
@@ -36,13 +35,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # runnable as a script from anywhere
 
-from benchmarks.common import add_plot_options, finish_plot, replot  # noqa: E402
+from benchmarks.common import add_plot_options, finish_plot, optional_import, replot  # noqa: E402
 
 SHARED = ROOT.parent / "shared"
 LLAMA = SHARED / "llama2" / "tokenizer.model"
 QWEN = SHARED / "qwen2" / "tokenizer.json"
 CATALOGUE = SHARED / "tools" / "agent_tools.json"
-PEERS = {"xgrammar": "xgrammar", "llguidance": "llguidance"}     # engine -> the module it needs
+PEERS = ("xgrammar", "llguidance")     # each engine is the module of its name
 
 
 # --- inputs -------------------------------------------------------------------------------------------
@@ -208,20 +207,17 @@ def cold_median(case: dict, repeats: int) -> dict:
 
 
 def peers(wanted: bool = True) -> tuple[list[str], list[str]]:
-    """(engines to run, notes): each peer whose module is installed; one note per peer skipped. Looked up, not
-    imported: the children that time a peer import it (a fresh process per case)."""
+    """(engines to run, notes): each peer that imports here; one note per peer skipped (before any case runs,
+    instead of a child's ModuleNotFoundError)."""
     if not wanted:
-        return [], ["peers: skipped (--no-peers)"]
+        return [], ["xgrammar, llguidance: skipped (--no-peers)"]
     engines, notes = [], []
-    for engine, module in PEERS.items():
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):      # a module entry set to None, or one without a spec
-            found = False
-        if found:
-            engines.append(engine)
+    for engine in PEERS:
+        module, note = optional_import(engine, "its cases are")
+        if module is None:
+            notes.append(note)
         else:
-            notes.append(f"{engine} not installed: its cases are skipped (pip install {module})")
+            engines.append(engine)
     return engines, notes
 
 

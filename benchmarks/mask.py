@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # runnable as a script from anywhere
 
 from batchmask.masker import BatchMasker  # noqa: E402
-from benchmarks.common import add_plot_options, batch_axis, finish_plot, replot  # noqa: E402
+from benchmarks.common import add_plot_options, batch_axis, finish_plot, optional_import, replot  # noqa: E402
 
 TOKENIZER = ROOT.parent / "shared" / "llama2" / "tokenizer.model"
 BATCHES = [1, 8, 64, 256, 1024]
@@ -299,12 +299,11 @@ def main(argv=None):
     if args.grammar:
         vocabs = [base.vocab_size]
     backends = ["triton", "torch"] if device.type == "cuda" else ["torch"]
-    try:
-        import xgrammar  # noqa: F401
-        have_xgr = registry is not None
-        xgr_note = "" if have_xgr else "xgrammar: skipped (needs the real registry grammar)"
-    except ImportError:
-        have_xgr, xgr_note = False, "xgrammar: not installed (pip install xgrammar to compare)"
+    xgrammar, xgr_note = optional_import("xgrammar", "its row is")
+    have_xgr = xgrammar is not None and registry is not None
+    if xgrammar is not None and registry is None:
+        xgr_note = "xgrammar: skipped (needs the real registry grammar)"
+    xgr_note = xgr_note or ""
     bw = copy_bandwidth_gbs(device) if device.type == "cuda" else None
 
     print(f"# batchmask masking benchmark -- {device} ({platform.processor() or platform.machine()}, "
