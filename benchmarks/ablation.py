@@ -1,5 +1,6 @@
 """The ablation's plot: the JSON `batchmask ablate --json FILE` writes (constrained vs free on the same model and
-held-out tasks), drawn as the share of trials parsed, usable and with the right argument, per arm.
+held-out tasks), drawn as the share of trials parsed as a call, with the right tool and with the right argument,
+per arm.
 
     python benchmarks/ablation.py --plot-from benchmarks/results/ablation_default.json [--plot PNG]
 
@@ -17,7 +18,7 @@ sys.path.insert(0, str(ROOT))  # runnable as a script from anywhere
 
 from benchmarks.common import add_plot_options, replot  # noqa: E402
 
-MEASURES = ("parsed", "usable", "right_arg")
+MEASURES = {"parsed": "parsed as a call", "usable": "right tool", "right_arg": "right argument"}  # JSON key: label
 
 
 def draw(plt, out: dict):
@@ -30,7 +31,7 @@ def draw(plt, out: dict):
         ax.bar([j + (i - (len(arms) - 1) / 2) * w for j in range(len(MEASURES))],
                [r[m] / r["trials"] for m in MEASURES], w,
                label=f"{arm} ({r['tokens'] / r['seconds']:.0f} tok/s)")
-    ax.set_xticks(range(len(MEASURES)), [m.replace("_", " ") for m in MEASURES])
+    ax.set_xticks(range(len(MEASURES)), list(MEASURES.values()))
     ax.set(ylim=(0, 1.05), ylabel="share of trials",
            title=f"ablation, {out[arms[0]]['trials']} held-out tasks" if arms else "ablation")
     ax.grid(axis="y", alpha=0.3)
