@@ -96,6 +96,26 @@ def test_default_plot_path_is_beside_the_json(plt, tmp_path, capsys):
     assert "formats.png" in capsys.readouterr().out
 
 
+def test_startup_redraws_from_its_json(plt, tmp_path, capsys):
+    # no startup JSON is recorded yet: one of the shape benchmarks/startup.py writes
+    from benchmarks import startup
+    one = {"median_s": 1.0, "min_s": 0.9, "runs": [1.0]}
+    result = {"tokenizer": "synthetic", "tokens": 32, "runs": 1, "load_avg": 1.0, "target_s": 3.0, "aim_s": 1.5,
+              "rows": dict.fromkeys(("bare interpreter", "import torch", "end to end, cold cache",
+                                     "end to end, warm cache"), one),
+              "warm_phases": dict.fromkeys(("import torch", "loading", "generating"), one)}
+    recorded = tmp_path / "startup.json"
+    recorded.write_text(json.dumps(result))
+    assert startup.main(["--plot-from", str(recorded)]) == 0
+    assert (tmp_path / "startup.png").read_bytes()[:8] == PNG_SIGNATURE
+    fig = startup.draw(plt, result)
+    try:
+        assert _bars(fig) == 4 + 3 and _lines(fig) == 2         # the rows, the phases; the target and the aim
+    finally:
+        plt.close(fig)
+    assert "startup.png" in capsys.readouterr().out
+
+
 def test_every_recorded_json_has_its_png():
     missing = [p.name for p in RESULTS.glob("*.json") if not p.with_suffix(".png").is_file()]
     assert not missing, f"no PNG beside {missing}: redraw with the script's --plot-from"
