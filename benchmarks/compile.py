@@ -291,8 +291,9 @@ def draw(plt, out: dict):
     if not shared:
         b.text(0.5, 0.5, "no peer ran", ha="center", transform=b.transAxes)
     for ax in (a, b) if shared else (a,):
+        ax.set_ylim(top=ax.get_ylim()[1] * 4)  # headroom above the tallest bar for the legend
         ax.grid(axis="y", alpha=0.3)
-        ax.legend()
+        ax.legend(loc="upper left")
     fig.tight_layout()
     return fig
 
