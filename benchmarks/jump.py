@@ -160,7 +160,7 @@ def run(tokenizer, device, batches: list[int], *, quick: bool = False, model=Non
 
 def draw(plt, out: dict):
     """Steps per call (top) and calls/s (bottom) against B, a column per model; a colour per workload and format,
-    solid with jump-forward, dashed without."""
+    solid and dots with jump-forward, dashed and crosses without (a single batch size draws markers only)."""
     runs = out["runs"]
     models = list(dict.fromkeys(r["model"] for r in runs))
     fig, axes = plt.subplots(2, len(models), figsize=(5 * len(models) + 3, 8), squeeze=False, layout="constrained")
@@ -173,7 +173,7 @@ def draw(plt, out: dict):
                                and r["jump_forward"] == jump), key=lambda r: r["B"])
                 if not rows:
                     continue
-                style = dict(color=colours[key], linestyle="-" if jump else "--", marker="o",
+                style = dict(color=colours[key], linestyle="-" if jump else "--", marker="o" if jump else "x",
                              label=f"{key}, jump {'on' if jump else 'off'}")
                 for row, metric in ((0, "steps_per_call"), (1, "calls_per_s")):
                     axes[row][col].plot([r["B"] for r in rows], [r[metric] for r in rows], **style)
