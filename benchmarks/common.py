@@ -1,14 +1,19 @@
-"""What the benchmarks share: task lists, the tokenizer they find (or a synthetic one), random models.
+"""What the benchmarks share: task lists, the tokenizer they find (or a synthetic one), random models, and the
+one way a script writes its plot (matplotlib, an optional extra: `pip install -e '.[bench]'`).
 
 Every benchmark script imports its helpers from here (never from another benchmark), so the scripts stay
 independent of each other.
 """
 from __future__ import annotations
 
+import argparse
 import functools
+import importlib
+import json
 import random
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -119,6 +124,15 @@ def random_model(config: ModelConfig, device="cpu", dtype=torch.float32, seed: i
         return load_checkpoint(path, device=device, dtype=dtype)
 
 
+def optional_import(module: str, skipped: str):
+    """(the module, None), or (None, a one-line note) when it is not installed: a peer a benchmark compares with
+    (xgrammar, llguidance, transformers) is optional, and what its absence skips is said once, in one wording."""
+    try:
+        return importlib.import_module(module), None
+    except ImportError:  # also a module set to None in sys.modules (how the tests simulate its absence)
+        return None, f"{module} not installed: {skipped} skipped (pip install {module})"
+
+
 class LLGuidanceTokens:
     """llguidance's TokenizerWrapper protocol over raw token bytes (specials have none): what
     llguidance.LLTokenizer reads. Its encoder is never called (the benchmarks run matchers with no forcing)."""
@@ -132,3 +146,67 @@ class LLGuidanceTokens:
 
     def __call__(self, s):
         return []
+
+
+# ----------------------------------------------------------------------------------------------------------
+# plots: every script draws its figure through write_plot, so the rules live here once
+
+PLOT_NOTE = "matplotlib not installed: no plot (pip install -e '.[bench]')"
+PLOT_DPI = 120
+
+
+def add_plot_options(ap: argparse.ArgumentParser) -> None:
+    """--plot PATH (the PNG; default: the JSON's path with .png) and --plot-from JSON (redraw, no run)."""
+    ap.add_argument("--plot", type=Path, default=None,
+                    help="write the PNG here (default: the JSON's path with .png instead of .json)")
+    ap.add_argument("--plot-from", type=Path, default=None, metavar="JSON",
+                    help="redraw the PNG from a JSON this script wrote, without running the benchmark")
+
+
+def plot_path(args: argparse.Namespace, json_path) -> Path | None:
+    """Where the plot goes: --plot, else beside the JSON (None: no JSON, no --plot, no plot)."""
+    if args.plot:
+        return Path(args.plot)
+    return Path(json_path).with_suffix(".png") if json_path else None
+
+
+def write_plot(draw: Callable, data: dict, out) -> str:
+    """draw(plt, data) -> Figure, saved to `out` and closed; the line to print. Without matplotlib, the note
+    (the benchmark's JSON does not depend on it)."""
+    try:
+        import matplotlib
+    except ImportError:
+        return PLOT_NOTE
+    matplotlib.use("Agg")  # files only: no display on a build machine or a GPU box
+    import matplotlib.pyplot as plt
+    fig = draw(plt, data)
+    try:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, dpi=PLOT_DPI)
+    finally:
+        plt.close(fig)  # a long run (or a test session) draws many: pyplot keeps every open figure
+    return f"plot written to {out}"
+
+
+def finish_plot(args: argparse.Namespace, draw: Callable, data: dict, json_path) -> None:
+    """After a run: the plot beside the JSON (or at --plot), with its line printed."""
+    out = plot_path(args, json_path)
+    if out is not None:
+        print(write_plot(draw, json.loads(json.dumps(data, default=str)), out), flush=True)  # as the JSON reads
+
+
+def replot(args: argparse.Namespace, draw: Callable) -> int:
+    """--plot-from: redraw the plot from a recorded JSON (no benchmark run); the exit status."""
+    data = json.loads(Path(args.plot_from).read_text())
+    print(write_plot(draw, data, plot_path(args, args.plot_from)), flush=True)
+    return 0
+
+
+def batch_axis(ax, batches) -> None:
+    """A batch-size x axis: log 2 scale, a tick at each size measured (not at matplotlib's powers of 10)."""
+    sizes = sorted(set(batches))
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes, [str(b) for b in sizes])
+    ax.minorticks_off()
+    ax.set_xlabel("batch size")
+    ax.grid(alpha=0.3)

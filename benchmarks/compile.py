@@ -1,6 +1,7 @@
 """Compile-time and size benchmark for the token table, beside xgrammar's and llguidance's compile times.
 
-    python benchmarks/compile.py [--json out.json] [--quick] [--no-peers]
+    python benchmarks/compile.py [--json out.json] [--quick] [--no-peers] [--plot out.png]
+    python benchmarks/compile.py --plot-from out.json [--plot out.png]      (redraw the plot, no run)
 
 Each case runs in a fresh process (median of 3; --quick: 1): states, rows, token classes, device
 bytes, cold compile (the first compile in the process, tokenizer already loaded), warm compile
@@ -11,11 +12,12 @@ bytes, cold compile (the first compile in the process, tokenizer already loaded)
     the shared 12-tool catalogue (../shared/tools/agent_tools.json, format json) on Llama 2
     one tool with one string argument of maxLength 40, and of maxLength 4000 (format json) on Llama 2
     peers, same process protocol: xgrammar (compile_json_schema of the call's JSON Schema, compact) and
-        llguidance (matcher built, first mask computed) on the catalogue and the two string tools
+        llguidance (matcher built, first mask computed) on the catalogue and the two string tools; a peer
+        that is not installed is skipped with a one-line note
 
 Then the targets (issue 13): catalogue <= 300 ms and <= 4 MB (aim 50 ms, 1 MB); maxLength 4000 costs
 <= 2x maxLength 40; Qwen2 cold <= 4x Llama 2's cold compile and <= 4x its bytes. Prints a table and
-writes JSON.
+writes JSON, and the plot beside it (or at --plot): cold and warm compile ms per case, ours beside the peers'.
 """
 from __future__ import annotations
 
@@ -31,10 +33,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # runnable as a script from anywhere
+
+from benchmarks.common import add_plot_options, finish_plot, optional_import, replot  # noqa: E402
+
 SHARED = ROOT.parent / "shared"
 LLAMA = SHARED / "llama2" / "tokenizer.model"
 QWEN = SHARED / "qwen2" / "tokenizer.json"
 CATALOGUE = SHARED / "tools" / "agent_tools.json"
+PEERS = ("xgrammar", "llguidance")     # each engine is the module of its name
 
 
 # --- inputs -------------------------------------------------------------------------------------------
@@ -199,6 +206,21 @@ def cold_median(case: dict, repeats: int) -> dict:
     return {**case, **res}
 
 
+def peers(wanted: bool = True) -> tuple[list[str], list[str]]:
+    """(engines to run, notes): each peer that imports here; one note per peer skipped (before any case runs,
+    instead of a child's ModuleNotFoundError)."""
+    if not wanted:
+        return [], ["xgrammar, llguidance: skipped (--no-peers)"]
+    engines, notes = [], []
+    for engine in PEERS:
+        module, note = optional_import(engine, "its cases are")
+        if module is None:
+            notes.append(note)
+        else:
+            engines.append(engine)
+    return engines, notes
+
+
 # --- the table ------------------------------------------------------------------------------------------
 def _case(vocab, registry, fmt="seed", max_string=256, utf8=True, engine="batchmask", device="cpu"):
     return {"vocab": vocab, "registry": registry, "format": fmt, "max_string": max_string, "utf8": utf8,
@@ -233,6 +255,49 @@ def targets(rows: list[dict]) -> list[str]:
     return out
 
 
+def _label(r: dict) -> str:
+    """A case's name on the plot: what differs from the default case."""
+    parts = [r["vocab"].replace("synthetic128000", "synth 128K"), r["registry"]]
+    if r["max_string"] != 256:
+        parts.append(f"max {r['max_string']}")
+    if not r["utf8"]:
+        parts.append("bytes")
+    return " ".join(parts)
+
+
+COLOURS = {"batchmask": "C0", "xgrammar": "C2", "llguidance": "C3"}
+
+
+def draw(plt, out: dict):
+    """Cold and warm compile ms per case: ours on every case (left), then on the cases the peers also run, each
+    engine beside ours (right); log scale (the peers are milliseconds, a 128K vocabulary hundreds)."""
+    rows = out["rows"]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [3, 2]})
+    ours = [r for r in rows if r["engine"] == "batchmask"]
+    xs = range(len(ours))
+    a.bar([x - 0.2 for x in xs], [r["cold_s"] * 1e3 for r in ours], 0.4, label="cold (fresh process)")
+    a.bar([x + 0.2 for x in xs], [r["warm_s"] * 1e3 for r in ours], 0.4, label="warm")
+    a.set_xticks(list(xs), [_label(r) for r in ours], rotation=30, ha="right")
+    a.set(yscale="log", ylabel="compile ms", title=f"batchmask, {out['device']}, median of {out['repeats']}")
+    shared = list(dict.fromkeys(r["registry"] for r in rows if r["engine"] != "batchmask"))
+    engines = list(dict.fromkeys(r["engine"] for r in rows if r["registry"] in shared))
+    w = 0.8 / max(len(engines), 1)
+    for i, engine in enumerate(engines):
+        cold = {r["registry"]: r["cold_s"] * 1e3 for r in rows if r["engine"] == engine and r["vocab"] == "llama2"}
+        b.bar([j + (i - (len(engines) - 1) / 2) * w for j in range(len(shared))],
+              [cold.get(reg, 0) for reg in shared], w, label=engine, color=COLOURS.get(engine, f"C{i + 4}"))
+    b.set_xticks(range(len(shared)), shared)
+    b.set(yscale="log", ylabel="cold compile ms", title="against the peers (Llama 2, json)")
+    if not shared:
+        b.text(0.5, 0.5, "no peer ran", ha="center", transform=b.transAxes)
+    for ax in (a, b) if shared else (a,):
+        ax.set_ylim(top=ax.get_ylim()[1] * 4)  # headroom above the tallest bar for the legend
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", default="benchmarks/compile.json")
@@ -240,23 +305,28 @@ def main(argv=None):
     ap.add_argument("--no-peers", action="store_true", help="skip xgrammar and llguidance")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    add_plot_options(ap)
     args = ap.parse_args(argv)
     if args.child:
         print(json.dumps(one_run(json.loads(args.child))))
-        return
+        return 0
+    if args.plot_from:
+        return replot(args, draw)
     for p in (LLAMA, CATALOGUE):
         if not p.exists():
             raise SystemExit(f"{p} not found: the benchmark needs ../shared beside the checkout")
     repeats = 1 if args.quick else 3
     d = args.device
+    engines, peer_notes = peers(not args.no_peers)
+    for line in peer_notes:
+        print(line, flush=True)
     cases = [_case("llama2", "default", device=d), _case("llama2", "default", utf8=False, device=d),
              _case("llama2", "default", max_string=4096, device=d), _case("synthetic128000", "default", device=d)]
     if QWEN.exists():
         cases.append(_case("qwen2", "default", device=d))
     for reg in ("catalogue", "string40", "string4000"):
         cases.append(_case("llama2", reg, "json", device=d))
-        if not args.no_peers:
-            cases += [_case("llama2", reg, "json", engine=e) for e in ("xgrammar", "llguidance")]
+        cases += [_case("llama2", reg, "json", engine=e) for e in engines]
     rows = []
     print(f"{'vocab':>15} {'registry':>10} {'fmt':>4} {'max_str':>7} {'utf8':>5} {'engine':>10} {'states':>7} "
           f"{'rows':>5} {'classes':>7} {'dev bytes':>10} {'cold ms':>8} {'warm ms':>8} {'load ms':>8}")
@@ -272,6 +342,7 @@ def main(argv=None):
         print(line)
     out = {"benchmark": "compile", "date": time.strftime("%Y-%m-%d"), "machine": platform.machine(),
            "cpus": os.cpu_count(), "device": args.device, "repeats": repeats, "rows": rows, "targets": notes,
+           "skipped": peer_notes,
            "notes": "cold: the first compile in a fresh process, tokenizer already loaded (tokenizer_s: its load); "
                     "warm: median of the next compiles in that process. xgrammar: compile_json_schema of the "
                     "call's JSON Schema (compact, strict, cache off, 1 thread); llguidance: LLMatcher built and "
@@ -279,7 +350,9 @@ def main(argv=None):
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(out, indent=2))
     print(f"wrote {args.json}")
+    finish_plot(args, draw, out, args.json)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,12 +1,14 @@
 """Compile time of each JSON Schema string `format`: the figures docs/json-schema.md quotes (tests/test_doc_figures.py
 checks the doc against the JSON this writes).
 
-    python benchmarks/formats.py [--tokenizer PATH ...] [--json benchmarks/results/formats.json]
+    python benchmarks/formats.py [--tokenizer PATH ...] [--json benchmarks/results/formats.json] [--plot PNG]
+    python benchmarks/formats.py --plot-from benchmarks/results/formats.json      (redraw the plot, no run)
 
 Each format is one required string property of an object schema, compiled with `compile_json_schema` once, after
 a warm-up compile on the same tokenizer (its preparation, shared by every grammar, is not counted). One compile
 each: the figures give the scale (tens of milliseconds or most of a second), not a precise timing; the JSON
-records the machine and its load average.
+records the machine and its load average. The plot (beside the JSON, or --plot): compile ms per format, a bar per
+tokenizer.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ sys.path.insert(0, str(ROOT))  # runnable as a script from anywhere
 from batchmask.models.tokenizer import load_tokenizer  # noqa: E402
 
 from batchmask import compile_json_schema  # noqa: E402
+from benchmarks.common import add_plot_options, finish_plot, replot  # noqa: E402
 
 FORMATS = ("date", "time", "date-time", "uuid", "ipv4", "hostname", "email", "uri")
 # the vendored Llama 2 vocabulary (docs/json-schema.md's figures) and the embedded model's own small one
@@ -48,13 +51,35 @@ def measure(path: Path) -> dict:
             "vocab_size": tok.vocab_size, "formats": rows}
 
 
+def draw(plt, out: dict):
+    """Compile ms per format, a bar per tokenizer (its vocabulary size in the legend)."""
+    runs = out["runs"]
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    formats = list(runs[0]["formats"]) if runs else []
+    w = 0.8 / max(len(runs), 1)
+    for i, run in enumerate(runs):
+        ax.bar([j + (i - (len(runs) - 1) / 2) * w for j in range(len(formats))],
+               [run["formats"].get(f, {}).get("ms", 0) for f in formats], w,
+               label=f"{run['tokenizer']} ({run['vocab_size']:,} ids)")
+    ax.set_xticks(range(len(formats)), formats)
+    ax.set(yscale="log", ylabel="compile ms (one compile each)",
+           title=f"JSON Schema string formats, {out['cpus']} CPUs, load {out['load_average_1min']}")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokenizer", action="append", type=Path, help="tokenizer file (repeatable; default: "
                     "the vendored Llama 2 vocabulary and the embedded model's)")
     ap.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "results" / "formats.json",
                     help="where to write the figures (default: %(default)s)")
+    add_plot_options(ap)
     args = ap.parse_args(argv)
+    if args.plot_from:
+        return replot(args, draw)
     load = os.getloadavg()[0]
     print(f"# format compile times -- {platform.machine()}, {os.cpu_count()} CPUs, load average {load:.2f}")
     out = {"benchmark": "formats", "date": time.strftime("%Y-%m-%d"), "machine": platform.machine(),
@@ -62,6 +87,7 @@ def main(argv=None) -> int:
            "runs": [measure(p) for p in (args.tokenizer or TOKENIZERS)]}
     args.json.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {args.json}")
+    finish_plot(args, draw, out, args.json)
     return 0
 
 

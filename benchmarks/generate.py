@@ -20,6 +20,8 @@ A random-weight model writes nonsense, but constrained it still writes a valid c
 EOS, so free rows run to their token ceiling. That is why the overhead figure compares steps, not runs.
 The machine may be shared: the 1-minute load average is printed and stored next to every figure.
 The other benchmarks' helpers are reused: the model shape and thread choice from benchmarks/model.py.
+The plot (beside the JSON, or --plot; --plot-from JSON redraws it): tokens/s against batch size per arm
+(constrained, constrained with jump-forward, free) and the decode loop's ms/step, free against constrained.
 """
 from __future__ import annotations
 
@@ -43,7 +45,16 @@ from batchmask.compiler.compiled import compile_grammar  # noqa: E402
 from batchmask.masker import BatchMasker  # noqa: E402
 from batchmask.run.generation import BatchGenerator, GenerationConfig, encode_prompts  # noqa: E402
 from batchmask.tools.registry import ToolRegistry  # noqa: E402
-from benchmarks.common import MemoEncode, find_tokenizer, make_tasks, random_model  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    MemoEncode,
+    add_plot_options,
+    batch_axis,
+    find_tokenizer,
+    finish_plot,
+    make_tasks,
+    random_model,
+    replot,
+)
 from benchmarks.model import STORIES15M, idle_cores, sync  # noqa: E402
 
 BATCHES = [1, 16, 64]
@@ -174,9 +185,30 @@ def step_overhead(model, tokenizer, registry, grammar, batch_size: int, steps: i
             "free_ms": free_ms, "constrained_ms": cons_ms, "ratio": cons_ms / free_ms, "load": load}
 
 
+def draw(plt, results: dict):
+    """Two panels: tokens/s against B, one line per arm; the decode loop's ms/step against B, free and
+    constrained (the overhead figure's two sides)."""
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
+    modes = dict.fromkeys(r["mode"] for r in results["generate"])  # in run order
+    for mode in modes:
+        rows = sorted((r for r in results["generate"] if r["mode"] == mode), key=lambda r: r["B"])
+        ax.plot([r["B"] for r in rows], [r["tokens_per_s"] for r in rows], marker="o", label=mode)
+    ax.set(ylabel="tokens/s (whole run, prefills included)",
+           title=f"BatchGenerator, {results['device']}, {results['threads']} threads")
+    rows = sorted(results["overhead"], key=lambda r: r["B"])
+    for key, label in (("free_ms", "free (argmax)"), ("constrained_ms", "constrained (masker.sample)")):
+        ax2.plot([r["B"] for r in rows], [r[key] for r in rows], marker="o", label=label)
+    ax2.set(ylabel="ms per decode step", title="decode loop alone")
+    for a in (ax, ax2):
+        batch_axis(a, [r["B"] for r in results["generate"] + results["overhead"]])
+        a.legend()
+    fig.tight_layout()
+    return fig
+
+
 # ----------------------------------------------------------------------------------------------------------
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--quick", action="store_true", help="few tasks, 32 new tokens in the B sweep")
@@ -188,7 +220,10 @@ def main():
     ap.add_argument("--batches", default=",".join(map(str, BATCHES)))
     ap.add_argument("--mixed", action="store_true",
                     help="also 16 tool sets in one batch: compile, memory, per-token cost (benchmarks/mixed.py)")
-    args = ap.parse_args()
+    add_plot_options(ap)
+    args = ap.parse_args(argv)
+    if args.plot_from:
+        return replot(args, draw)
     device = torch.device(args.device)
     if args.graphs and device.type != "cuda":
         ap.error("--graphs needs --device cuda")
@@ -268,7 +303,8 @@ def main():
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
         print(f"# wrote {args.json}")
+    finish_plot(args, draw, results, args.json)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -2,7 +2,8 @@
 transformers' model.generate with batchmask's LogitsProcessor, against generate without a processor and
 with xgrammar's `contrib.hf.LogitsProcessor`, in the same run, on the same model, prompts and grammar.
 
-    .venv/bin/python benchmarks/hf_processor.py [--quick] [--device cpu|cuda] [--json out.json]
+    .venv/bin/python benchmarks/hf_processor.py [--quick] [--device cpu|cuda] [--json out.json] [--plot PNG]
+    .venv/bin/python benchmarks/hf_processor.py --plot-from out.json [--plot PNG]     (redraw the plot, no run)
 
 Model: a random LlamaForCausalLM written by transformers (hidden 64, 2 layers by default: small, so that the
 processors' cost is visible next to the forward pass) with the Qwen2 vocabulary (../shared/qwen2, 151,936
@@ -16,6 +17,9 @@ inside each processor's __call__ per step (synchronised on CUDA), and the one-ti
 (its masker's tables for this grammar and device; reused across generate() calls through reset()). The CPU
 runs one torch thread unless --threads says otherwise; the 1-minute load average is printed (other jobs share
 the cores: compare figures taken under similar load).
+Without transformers the benchmark is skipped with a note; without xgrammar, its arm is.
+The plot (beside the JSON, or --plot): ms per generate step against batch size for each arm, and the ms spent
+inside each processor per step (its overhead).
 """
 import argparse
 import json
@@ -30,6 +34,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # runnable as a script from anywhere
+
+from benchmarks.common import add_plot_options, batch_axis, finish_plot, optional_import, replot  # noqa: E402
 
 SHARED = ROOT.parent / "shared"
 TASKS = ["What is the weather in Paris this weekend?", "Book a table for two at 8pm", "Remind me to call mum",
@@ -79,16 +85,14 @@ def build(device):
     model = transformers.LlamaForCausalLM(cfg).eval().to(device)
     prompts = [encode_prompt(reg, task, tok) for task in TASKS]   # the catalogue prompt (no template in the dir)
     xgr = None
-    try:
-        import xgrammar
+    xgrammar, _ = optional_import("xgrammar", "its arm is")    # main() has said so
+    if xgrammar is not None:
         hf_tok = AutoTokenizer.from_pretrained(str(SHARED / "qwen2"))
         info = xgrammar.TokenizerInfo.from_huggingface(hf_tok, vocab_size=V, stop_token_ids=list(tok.stop_ids))
         t = time.perf_counter()
         compiled = xgrammar.GrammarCompiler(info).compile_json_schema(
             json.dumps(call_schema(reg, "llama3")), any_whitespace=False, separators=(", ", ": "))
         xgr = (xgrammar, compiled, time.perf_counter() - t)
-    except ImportError:
-        pass
     return tok, grammar, ours_compile, model, prompts, xgr
 
 
@@ -124,7 +128,28 @@ def run_arm(model, ids, mask, make_proc, new_tokens, pad, device, repeats):
     return statistics.median(per_step), (statistics.median(in_proc) if in_proc else None), steps
 
 
-def main():
+def draw(plt, out: dict):
+    """ms per generate step against B for each arm (left), and ms inside each processor per step (right)."""
+    rows = sorted(out["results"], key=lambda r: r["batch"])
+    bs = [r["batch"] for r in rows]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for key, label in (("generate_ms", "generate"), ("batchmask_ms", "+ batchmask"), ("xgrammar_ms", "+ xgrammar")):
+        if all(key in r for r in rows):
+            a.plot(bs, [r[key] for r in rows], marker="o", label=label)
+    for key, label in (("batchmask_in_processor_ms", "batchmask"), ("xgrammar_in_processor_ms", "xgrammar")):
+        if all(key in r for r in rows):
+            b.plot(bs, [r[key] for r in rows], marker="o", label=label, color="C1" if "batchmask" in key else "C2")
+    meta = out["meta"]
+    a.set(ylabel="ms per generate step", title=f"model.generate, {meta['device']}, {meta['threads']} thread(s)")
+    b.set(ylabel="ms inside the processor per step", title="the processors' overhead")
+    for ax in (a, b):
+        batch_axis(ax, bs)
+        ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="batch sizes 1 and 8, fewer steps and repeats")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -132,7 +157,17 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--json", help="write the results here")
-    args = ap.parse_args()
+    add_plot_options(ap)
+    args = ap.parse_args(argv)
+    if args.plot_from:
+        return replot(args, draw)
+    transformers, note = optional_import("transformers", "the benchmark is")
+    if transformers is None:
+        print(note)
+        return 0
+    _, note = optional_import("xgrammar", "its arm is")
+    if note:
+        print(f"# {note}")
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     batches = [1, 8] if args.quick else [1, 8, 32, 64]
@@ -148,7 +183,7 @@ def main():
     print(f"# model: random LlamaForCausalLM hidden 64, 2 layers, vocab 151936 (Qwen2), {device}, "
           f"{args.threads} thread(s), load {os.getloadavg()[0]:.2f}")
     print(f"# grammar: llama3 calls of agent_tools.json (12 tools); compile: batchmask {ours_compile * 1e3:.0f} ms"
-          + (f", xgrammar {xgr[2] * 1e3:.0f} ms" if xgr else ", xgrammar not installed"))
+          + (f", xgrammar {xgr[2] * 1e3:.0f} ms" if xgr else ""))
     print(f"# greedy, at most {new_tokens} new tokens, median of {repeats}; ms per generate step "
           f"(ms inside the processor per step)")
     print(f"{'B':>4} {'steps':>5} {'generate':>10} {'+ batchmask':>20} {'+ xgrammar':>20} {'setup ms':>9}")
@@ -176,15 +211,17 @@ def main():
         xg_text = f"{row['xgrammar_ms']:8.2f} ({row['xgrammar_in_processor_ms']:7.2f})" if xgr else f"{'-':>20}"
         print(f"{B:>4} {steps:>5} {base * 1e3:10.2f} {ours * 1e3:8.2f} ({ours_in * 1e3:7.2f}) {xg_text} "
               f"{setup * 1e3:9.0f}", flush=True)
+    meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": platform.machine(),
+            "processor": platform.processor(), "cpus": os.cpu_count(), "load": os.getloadavg()[0],
+            "device": str(device), "threads": args.threads, "torch": torch.__version__,
+            "new_tokens": new_tokens, "repeats": repeats, "compile_ms": {"batchmask": ours_compile * 1e3,
+                                                                         "xgrammar": xgr[2] * 1e3 if xgr else None}}
     if args.json:
-        meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": platform.machine(),
-                "processor": platform.processor(), "cpus": os.cpu_count(), "load": os.getloadavg()[0],
-                "device": str(device), "threads": args.threads, "torch": torch.__version__,
-                "new_tokens": new_tokens, "repeats": repeats, "compile_ms": {"batchmask": ours_compile * 1e3,
-                                                                             "xgrammar": xgr[2] * 1e3 if xgr else None}}
         Path(args.json).write_text(json.dumps(dict(meta=meta, results=results), indent=1))
         print(f"# wrote {args.json}")
+    finish_plot(args, draw, dict(meta=meta, results=results), args.json)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

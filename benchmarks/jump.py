@@ -18,7 +18,8 @@ absent). Two models each:
   jsonschema, the way a trained model that knows the answer does: the figure a real model's run approaches.
 On a CPU a ragged step costs compute per token, so calls/s may gain less than steps fall; on a GPU a step is bound
 by memory and a few more tokens a row cost about nothing. The machine may be shared: the load average is stored with
-every figure.
+every figure. The plot (beside the JSON, or --plot; --plot-from JSON redraws it): steps per call and calls/s against
+batch size, one line per workload and arm, a column per model.
 """
 from __future__ import annotations
 
@@ -40,7 +41,16 @@ from batchmask.api import compile_grammar  # noqa: E402
 from batchmask.run.generation import BatchGenerator, GenerationConfig  # noqa: E402
 from batchmask.tools.envelope import get_envelope, native_args_schema  # noqa: E402
 from batchmask.tools.registry import ToolRegistry  # noqa: E402
-from benchmarks.common import MemoEncode, find_tokenizer, make_tasks, random_model  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    MemoEncode,
+    add_plot_options,
+    batch_axis,
+    find_tokenizer,
+    finish_plot,
+    make_tasks,
+    random_model,
+    replot,
+)
 from benchmarks.model import STORIES15M, idle_cores  # noqa: E402
 from benchmarks.scripted_model import ScriptedModel, reference_calls  # noqa: E402
 
@@ -148,7 +158,34 @@ def run(tokenizer, device, batches: list[int], *, quick: bool = False, model=Non
             "max_new_tokens": max_new_tokens}
 
 
-def main():
+def draw(plt, out: dict):
+    """Steps per call (top) and calls/s (bottom) against B, a column per model; a colour per workload and format,
+    solid and dots with jump-forward, dashed and crosses without (a single batch size draws markers only)."""
+    runs = out["runs"]
+    models = list(dict.fromkeys(r["model"] for r in runs))
+    fig, axes = plt.subplots(2, len(models), figsize=(5 * len(models) + 3, 8), squeeze=False, layout="constrained")
+    keys = list(dict.fromkeys(f"{r['workload']} {r['format']}" for r in runs))
+    colours = {k: f"C{i}" for i, k in enumerate(keys)}
+    for col, kind in enumerate(models):
+        for key in keys:
+            for jump in (False, True):
+                rows = sorted((r for r in runs if r["model"] == kind and f"{r['workload']} {r['format']}" == key
+                               and r["jump_forward"] == jump), key=lambda r: r["B"])
+                if not rows:
+                    continue
+                style = dict(color=colours[key], linestyle="-" if jump else "--", marker="o" if jump else "x",
+                             label=f"{key}, jump {'on' if jump else 'off'}")
+                for row, metric in ((0, "steps_per_call"), (1, "calls_per_s")):
+                    axes[row][col].plot([r["B"] for r in rows], [r[metric] for r in rows], **style)
+        axes[0][col].set(title=f"{kind} model, {out.get('device', '')}", ylabel="row steps per call")
+        axes[1][col].set(ylabel="calls/s", yscale="log")
+        for row in (0, 1):
+            batch_axis(axes[row][col], [r["B"] for r in runs])
+    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside right upper", fontsize=8)  # off the lines
+    return fig
+
+
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--quick", action="store_true", help="few tasks, 48 new tokens")
@@ -159,7 +196,10 @@ def main():
     ap.add_argument("--models", default="random,scripted", help="which models to run (random, scripted)")
     ap.add_argument("--threads", type=int, default=idle_cores())
     ap.add_argument("--json", type=Path, help="write the results here")
-    args = ap.parse_args()
+    add_plot_options(ap)
+    args = ap.parse_args(argv)
+    if args.plot_from:
+        return replot(args, draw)
     torch.set_num_threads(args.threads)
     tokenizer, note = find_tokenizer(args.tokenizer)
     print(f"# jump-forward, {args.device}, {torch.get_num_threads()} threads; tokenizer: {note}; "
@@ -178,7 +218,8 @@ def main():
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
         print(f"# wrote {args.json}")
+    finish_plot(args, draw, out, args.json)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

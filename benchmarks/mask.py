@@ -19,6 +19,8 @@ benchmarking thread (robust to other jobs preempting it), in ms. The CPU runs on
 --threads says otherwise; the 1-minute load average is printed with each row (other jobs share the
 cores: compare figures taken under similar load).
 On CUDA the table also shows achieved GB/s (logits bytes touched / time) next to the measured copy bandwidth.
+The plot (beside the JSON, or --plot; --plot-from JSON redraws it): median ms per step against batch size, a panel
+per vocabulary size, a line per method (the one-off construction and first step are in the JSON only).
 """
 import argparse
 import json
@@ -36,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # runnable as a script from anywhere
 
 from batchmask.masker import BatchMasker  # noqa: E402
+from benchmarks.common import add_plot_options, batch_axis, finish_plot, optional_import, replot  # noqa: E402
 
 TOKENIZER = ROOT.parent / "shared" / "llama2" / "tokenizer.model"
 BATCHES = [1, 8, 64, 256, 1024]
@@ -242,9 +245,30 @@ def bench_xgrammar(g, registry, B, V, device, args):
     return time_step(run, device, args.budget, args.max_iters)
 
 
+ONE_OFF = ("construct", "first step")     # methods timed once per masker, not per step: not plotted
+
+
+def draw(plt, out: dict):
+    """Median ms per step against B, a panel per V, a line per method (per-step ones)."""
+    rows = [r for r in out["results"] if not any(k in r["method"] for k in ONE_OFF)]
+    vocabs = sorted({r["V"] for r in rows})
+    fig, axes = plt.subplots(1, len(vocabs), figsize=(6 * len(vocabs) + 3, 4.5), squeeze=False, layout="constrained")
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    for ax, V in zip(axes[0], vocabs):
+        for i, method in enumerate(methods):
+            pts = sorted((r["B"], r["median_ms"]) for r in rows if r["V"] == V and r["method"] == method)
+            if pts:
+                ax.plot(*zip(*pts), marker="o", color=f"C{i}", label=method)
+        batch_axis(ax, [r["B"] for r in rows])
+        ax.set(yscale="log", ylabel="ms per step (median)", title=f"V = {V:,}, {out['meta']['device']}")
+    handles = {h.get_label(): h for ax in axes[0] for h in ax.get_lines()}     # every method once
+    fig.legend(handles.values(), handles.keys(), loc="outside right upper", fontsize=8)
+    return fig
+
+
 # ----------------------------------------------------------------------------------------------------------
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--quick", action="store_true", help="B in {1, 64}, V = 32000 only, short runs")
@@ -259,7 +283,10 @@ def main():
     ap.add_argument("--max-iters", type=int, default=200)
     ap.add_argument("--cpu-sample-limit", type=int, default=64 * 32000,
                     help="largest B*V for the CPU top-p measurement")
-    args = ap.parse_args()
+    add_plot_options(ap)
+    args = ap.parse_args(argv)
+    if args.plot_from:
+        return replot(args, draw)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -272,12 +299,11 @@ def main():
     if args.grammar:
         vocabs = [base.vocab_size]
     backends = ["triton", "torch"] if device.type == "cuda" else ["torch"]
-    try:
-        import xgrammar  # noqa: F401
-        have_xgr = registry is not None
-        xgr_note = "" if have_xgr else "xgrammar: skipped (needs the real registry grammar)"
-    except ImportError:
-        have_xgr, xgr_note = False, "xgrammar: not installed (pip install xgrammar to compare)"
+    xgrammar, xgr_note = optional_import("xgrammar", "its row is")
+    have_xgr = xgrammar is not None and registry is not None
+    if xgrammar is not None and registry is None:
+        xgr_note = "xgrammar: skipped (needs the real registry grammar)"
+    xgr_note = xgr_note or ""
     bw = copy_bandwidth_gbs(device) if device.type == "cuda" else None
 
     print(f"# batchmask masking benchmark -- {device} ({platform.processor() or platform.machine()}, "
@@ -311,13 +337,13 @@ def main():
             if have_xgr and V == base.vocab_size:
                 report(B, V, "xgrammar fill+apply", bench_xgrammar(g, registry, B, V, device, args))
 
+    meta = dict(device=str(device), threads=torch.get_num_threads(), grammar=gdesc, copy_gbs=bw,
+                value_frac=args.value_frac, torch=torch.__version__, note=xgr_note)
     if args.json:
-        meta = dict(device=str(device), threads=torch.get_num_threads(), grammar=gdesc, copy_gbs=bw,
-                    value_frac=args.value_frac,
-                    torch=torch.__version__, note=xgr_note)
         Path(args.json).write_text(json.dumps(dict(meta=meta, results=results), indent=1))
         print(f"# wrote {args.json}")
+    finish_plot(args, draw, dict(meta=meta, results=results), args.json)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -16,6 +16,8 @@ Three measurements:
   step      B = 64 rows, 4 per tool set, each in its own grammar (one table), against 64 rows of one tool set in
             its own grammar (recorded greedy runs replayed through the maskers; see measure_step):
             model + mask + sample + advance per token. Target: mixed / single <= 1.1 (aim 1.02).
+
+The plot (beside the JSON, or --plot; --plot-from JSON redraws it): the three as bars, each beside its target.
 """
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ from batchmask.masker import BatchMasker  # noqa: E402
 from batchmask.run.generation import encode_prompts  # noqa: E402
 from batchmask.run.grammar_store import GrammarStore  # noqa: E402
 from batchmask.tools.registry import ToolRegistry  # noqa: E402
+from benchmarks.common import add_plot_options, finish_plot, replot  # noqa: E402
 from benchmarks.model import STORIES15M, sync  # noqa: E402
 
 CATALOGUE = ROOT.parent / "shared" / "tools" / "agent_tools.json"
@@ -244,7 +247,31 @@ def run(tokenizer, device, sets: int = 16, per_set: int = 6, quick: bool = False
     return {"compile": comp, "memory": mem, "step": step}
 
 
-def main():
+def draw(plt, out: dict):
+    """Compile seconds (together, from the cache, apart + combine, sets sharing no tool), device MB (together
+    vs apart) and ms per step at B = 64 (model, mask for one set vs many), each with its target as a line."""
+    comp, mem, step = out["compile"], out["memory"], out["step"]
+    fig, (a, b, c) = plt.subplots(1, 3, figsize=(13, 4.5))
+    a.bar(["together", "cache\nfile", "apart", "apart +\ncombine", "no shared\ntool"],
+          [comp["compile_s"], comp["cache_load_s"], comp["apart_s"], comp["apart_s"] + comp["combine_s"],
+           comp["distinct_s"]], color=["C0", "C0", "C1", "C1", "C2"])
+    a.axhline(comp["target_s"], color="k", linestyle=":", label=f"target {comp['target_s']:.2f} s")
+    a.set(ylabel="seconds", title=f"compile {comp['sets']} tool sets")
+    b.bar(["one table", "apart", "apart,\ncombined"], [mem["combined_bytes"] / 1e6, mem["apart_bytes"] / 1e6,
+                                                       mem["combined_apart_bytes"] / 1e6], color=["C0", "C1", "C1"])
+    b.set(ylabel="MB on the device", title="memory (target: one table <= apart)")
+    c.bar(["model", "mask, one set", f"mask, {step['sets']} sets"],
+          [step["model_ms"], step["single_mask_ms"], step["mixed_mask_ms"]], color=["C7", "C1", "C0"])
+    c.set(ylabel="ms per step", yscale="log",
+          title=f"B = {step['B']}: {step['ratio']:.3f}x per token (target <= 1.1)")
+    a.legend()
+    for ax in (a, b, c):
+        ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--quick", action="store_true")
@@ -252,7 +279,10 @@ def main():
     ap.add_argument("--tools-per-set", type=int, default=6)
     ap.add_argument("--tokenizer", help="tokenizer file (default ../shared/llama2/tokenizer.model)")
     ap.add_argument("--json", type=Path)
-    args = ap.parse_args()
+    add_plot_options(ap)
+    args = ap.parse_args(argv)
+    if args.plot_from:
+        return replot(args, draw)
     from benchmarks.common import MemoEncode, find_tokenizer
     tokenizer, note = find_tokenizer(args.tokenizer)
     print(f"# tokenizer: {note}; {torch.get_num_threads()} threads; load {os.getloadavg()[0]:.2f}")
@@ -260,7 +290,8 @@ def main():
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
         print(f"# wrote {args.json}")
+    finish_plot(args, draw, out, args.json)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -12,7 +12,10 @@ model's largest matmul, and a large square one) divided by the FLOPs a token cos
 stories15M decode B=1 >= 74 tok/s, B=64 >= 1,000 tok/s aggregate.  On CUDA, decode replays a CUDA graph.
 
     python benchmarks/model.py [--json out.json] [--threads N] [--models stories15M,smollm2-135m]
-        [--batches 1,8,64,256] [--hf-batches 1,16,64] [--device cpu|cuda] [--quick]
+        [--batches 1,8,64,256] [--hf-batches 1,16,64] [--device cpu|cuda] [--quick] [--plot PNG]
+    python benchmarks/model.py --plot-from out.json [--plot PNG]      (redraw the plot, no run)
+
+The plot (beside the JSON, or --plot): decode tokens/s against batch size per model, beside its roofline.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from batchmask.models.checkpoint import ModelConfig, random_weights, write_checkpoint  # noqa: E402
 from batchmask.models.config import RopeConfig  # noqa: E402
 from batchmask.models.llama import load_checkpoint  # noqa: E402
+
+from benchmarks.common import add_plot_options, batch_axis, finish_plot, replot  # noqa: E402
 
 STORIES15M = ModelConfig(dim=288, hidden_dim=768, n_layers=6, n_heads=6, n_kv_heads=6, vocab_size=32000, seq_len=256)
 SMOLLM2_135M = ModelConfig(dim=576, hidden_dim=1536, n_layers=30, n_heads=9, n_kv_heads=3, vocab_size=49152,
@@ -203,7 +208,24 @@ def load_model(name: str, tmp: Path, device):
     raise SystemExit(f"--models: unknown model {name!r} (stories15M, smollm2-135m)")
 
 
-def main():
+def draw(plt, results: dict):
+    """Decode tokens/s against B, one colour per model: measured (solid) and its roofline (dotted)."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, m in enumerate(results["models"]):
+        rows = sorted(m["decode"], key=lambda r: r["batch"])
+        bs = [r["batch"] for r in rows]
+        ax.plot(bs, [r["tokens_per_s"] for r in rows], marker="o", color=f"C{i}", label=f"{m['model']} decode")
+        ax.plot(bs, [r["roofline_tokens_per_s"] for r in rows], linestyle=":", color=f"C{i}",
+                label=f"{m['model']} roofline")
+    batch_axis(ax, [r["batch"] for m in results["models"] for r in m["decode"]])
+    ax.set(yscale="log", ylabel="tokens/s (aggregate)",
+           title=f"decode, {results['device']}, {results['threads']} threads{' (quick)' if results['quick'] else ''}")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--threads", type=int, default=idle_cores(),
@@ -213,7 +235,10 @@ def main():
     ap.add_argument("--hf-batches", default="1,16,64", help="smollm2-135m decode batch sizes")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--quick", action="store_true", help="fewer and shorter timed blocks (a rough figure)")
-    args = ap.parse_args()
+    add_plot_options(ap)
+    args = ap.parse_args(argv)
+    if args.plot_from:
+        return replot(args, draw)
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -240,7 +265,8 @@ def main():
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
         print(f"\nwrote {args.json}")
+    finish_plot(args, draw, results, args.json)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

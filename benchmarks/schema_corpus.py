@@ -2,6 +2,7 @@
 
     python benchmarks/schema_corpus.py PATH [--sample N] [--tokenizer FILE] [--timeout S] [--walks K]
                                             [--mode strict|lenient] [--json OUT] [--plot OUT.png]
+    python benchmarks/schema_corpus.py --plot-from OUT.json [--plot OUT.png]      (redraw the plot, no run)
 
 PATH is a checkout of github.com/guidance-ai/jsonschemabench (its `data/` folder: one folder per subset,
 one schema per file). Nothing is downloaded. Each compile runs in a worker subprocess on one thread
@@ -15,6 +16,8 @@ disagreement; its text is kept in the JSON. Finished walks are validated by json
 
 The issue measured Llama 3's 128K vocabulary, which this machine lacks: pass Qwen2's tokenizer.json
 (../shared/qwen2/tokenizer.json) as the large byte-level stand-in. The default is Llama 2's.
+The plot (beside the JSON, or --plot): compile-time distributions per subset, ours beside llguidance's and
+xgrammar's (each skipped with a note when not installed).
 """
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ from batchmask.models.tokenizer_base import TokenizerError  # noqa: E402
 
 from batchmask.api import compile_json_schema  # noqa: E402
 from batchmask.schema.build import SchemaOptions  # noqa: E402
-from benchmarks.common import LLGuidanceTokens  # noqa: E402
+from benchmarks.common import LLGuidanceTokens, add_plot_options, finish_plot, optional_import, replot  # noqa: E402
 
 # ../shared beside the checkout (a git worktree sits one level deeper: the nearest ancestor that has one)
 TOKENIZER = next((d / "shared" / "llama2" / "tokenizer.model" for d in ROOT.parents
@@ -79,10 +82,9 @@ def schema_options(mode: str | None) -> SchemaOptions:
 
 # --- peers ----------------------------------------------------------------------------------------------
 def llg_setup(tok):
-    try:
-        import llguidance as llg
-    except ImportError:
-        return None, "llguidance not installed: its column is skipped (pip install llguidance)"
+    llg, note = optional_import("llguidance", "its column is")
+    if llg is None:
+        return None, note
     stops = list(getattr(tok, "stop_ids", (tok.eos_id,)))
     return (llg, llg.LLTokenizer(LLGuidanceTokens(tok), eos_token=stops)), None
 
@@ -102,10 +104,9 @@ def llg_matcher(peer, schema):
 
 
 def xgr_setup(tok):
-    try:
-        import xgrammar as xgr
-    except ImportError:
-        return None, "xgrammar not installed: its column is skipped (pip install xgrammar)"
+    xgr, note = optional_import("xgrammar", "its column is")
+    if xgr is None:
+        return None, note
     info = xgr.TokenizerInfo(list(tok.token_bytes), vocab_type=xgr.VocabType.RAW,
                              stop_token_ids=list(getattr(tok, "stop_ids", (tok.eos_id,))))
     return xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False), None
@@ -324,16 +325,11 @@ def refusals(records: dict[str, list[dict]], top: int = 12) -> list[tuple[str, i
     return sorted(counts.items(), key=lambda kv: -kv[1])[:top]
 
 
-def plot(records: dict[str, list[dict]], out: Path) -> str:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "matplotlib not installed: no plot (pip install matplotlib)"
+def draw(plt, out: dict):
+    """Compile seconds per subset as box plots, ours then llguidance's then xgrammar's (those that ran)."""
     fig, ax = plt.subplots(figsize=(12, 5))
     labels, data, pos = [], [], []
-    for i, (s, recs) in enumerate(records.items()):
+    for i, (s, recs) in enumerate(out["records"].items()):
         for j, (name, get) in enumerate((("ours", lambda r: r.get("seconds")),
                                          ("llg", lambda r: r.get("llg", {}).get("seconds")),
                                          ("xgr", lambda r: r.get("xgr", {}).get("seconds")))):
@@ -347,13 +343,12 @@ def plot(records: dict[str, list[dict]], out: Path) -> str:
     ax.set_ylabel("compile seconds")
     ax.set_xticks(pos, labels, rotation=90, fontsize=7)
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    return f"plot written to {out}"
+    return fig
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("path", type=Path, help="a JSONSchemaBench checkout (or its data/ folder)")
+    ap.add_argument("path", type=Path, nargs="?", help="a JSONSchemaBench checkout (or its data/ folder)")
     ap.add_argument("--tokenizer", type=Path, default=TOKENIZER)
     ap.add_argument("--sample", type=int, default=None, help="schemas per subset (deterministic sample)")
     ap.add_argument("--seed", type=int, default=0)
@@ -361,8 +356,12 @@ def main(argv=None) -> int:
     ap.add_argument("--walks", type=int, default=2, help="token walks per compiled schema, checked by llguidance")
     ap.add_argument("--mode", choices=["strict", "lenient"], default=None)
     ap.add_argument("--json", type=Path, default=None, help="write every record and the summary here")
-    ap.add_argument("--plot", type=Path, default=None, help="PNG of the compile-time distributions")
+    add_plot_options(ap)
     args = ap.parse_args(argv)
+    if args.plot_from:
+        return replot(args, draw)
+    if args.path is None:
+        ap.error("PATH (a JSONSchemaBench checkout) is needed unless --plot-from redraws a plot")
     if args.sample is not None and args.sample < 1:
         ap.error(f"--sample must be at least 1, got {args.sample}")
     if args.mode and not mode_supported():
@@ -398,12 +397,11 @@ def main(argv=None) -> int:
            if w["disagree"]]
     for s, f, w in bad[:10]:
         print(f"  disagreement {s}/{f} after {w['after'][-40:]!r}: we allow {w['tokens']}")
-    if args.plot:
-        notes.append(plot(records, args.plot))
-        print(notes[-1])
+    out = {"notes": notes, "summary": summary, "records": records}
     if args.json:
-        args.json.write_text(json.dumps({"notes": notes, "summary": summary, "records": records}, indent=1))
+        args.json.write_text(json.dumps(out, indent=1))
         print(f"JSON written to {args.json}")
+    finish_plot(args, draw, out, args.json)
     return 0
 
 

@@ -3,6 +3,7 @@ grammar cache warm, aim 1.5 s, on a stories15M-sized checkpoint).
 
     .venv/bin/python benchmarks/startup.py [--runs 5] [--tokenizer PATH] [--json benchmarks/results/startup.json]
                                            [--plot OUT.png]
+    .venv/bin/python benchmarks/startup.py --plot-from benchmarks/results/startup.json      (redraw the plot, no run)
 
 The checkpoint is stories15M's shape (dim 288, 6 layers, vocabulary 32000) with random weights, written as a
 llama2.c file; the tokenizer is Llama 2's (../shared/llama2/tokenizer.model, or --tokenizer), else a synthetic
@@ -36,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # runnable as a script from anywhere
 
-from benchmarks.common import TOKENIZER, synthetic_tokenizer  # noqa: E402
+from benchmarks.common import TOKENIZER, add_plot_options, finish_plot, replot, synthetic_tokenizer  # noqa: E402
 from benchmarks.model import STORIES15M  # noqa: E402
 
 TARGET_S, AIM_S = 3.0, 1.5
@@ -88,8 +89,10 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=32, help="the call's token cap (default 32)")
     ap.add_argument("--tokenizer", help="tokenizer file (default ../shared/llama2/tokenizer.model)")
     ap.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "results" / "startup.json")
-    ap.add_argument("--plot", type=Path, default=None, help="PNG of the phases (default: the JSON's name, .png)")
+    add_plot_options(ap)
     args = ap.parse_args(argv)
+    if args.plot_from:
+        return replot(args, draw)
     script = Path(sys.executable).with_name("batchmask")
     if not script.is_file():
         raise SystemExit(f"startup.py: no console script at {script}; install batchmask (pip install -e .)")
@@ -141,18 +144,12 @@ def main(argv=None) -> int:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.json}")
-    print(plot(result, args.plot or args.json.with_suffix(".png")))
+    finish_plot(args, draw, result, args.json)
     return 0
 
 
-def plot(result: dict, out: Path) -> str:
+def draw(plt, result: dict):
     """One bar per end-to-end row, and the warm run's phases stacked, against the target and the aim."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "matplotlib not installed: no plot (pip install -e '.[bench]')"
     fig, ax = plt.subplots(figsize=(12, 4))
     labels = list(result["rows"])
     ax.barh(labels, [result["rows"][k]["median_s"] for k in labels], color="#999999")
@@ -167,9 +164,7 @@ def plot(result: dict, out: Path) -> str:
     ax.set_title(f"batchmask generate, one task: start-up (load average {result['load_avg']:.1f})")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return f"plot written to {out}"
+    return fig
 
 
 if __name__ == "__main__":
