@@ -19,7 +19,7 @@ from data_paths import BFCL, LLAMA2
 from batchmask import compile_grammar
 from batchmask.errors import RegistryError
 from batchmask.tools.bfcl import is_question, openai_tool, question_task
-from batchmask.tools.registry import ToolRegistry
+from batchmask.tools.registry import ANSWER, ToolRegistry
 
 # GORILLA_TO_OPENAPI as BFCL writes it (type_mappings.py), restated; a name not in it reads as "string".
 GORILLA_TO_OPENAPI = {
@@ -106,7 +106,7 @@ def test_conversion_matches_reference(where, q):
     task = question_task(q, where)
     assert task["id"] == q["id"] and task["messages"] == q["question"][0]
     if not q["function"]:                                         # irrelevance with no function: answer alone
-        assert [t.name for t in ToolRegistry.from_obj(task["tools"])] == ["answer"]
+        assert ToolRegistry.from_obj(task["tools"]).tools == (ANSWER,)
         return
     assert len(task["tools"]) == len(q["function"])
     for fn, tool in zip(q["function"], task["tools"]):

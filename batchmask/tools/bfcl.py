@@ -15,8 +15,9 @@ The reading, as BFCL's: every type name goes through the table, a name it does n
 mean `string` (BFCL's own fallback), at every depth (properties, items, additionalProperties); the
 parameters object is `"type": "object"`; dots in a function name become underscores. Where we differ,
 and why: BFCL-only keys (`optional`, the function's `response` schema) are annotations and are dropped,
-not passed on; BFCL adds `"format": "float"` to a float, which no JSON Schema checker knows (batchmask
-refuses formats it cannot write), so a float is a plain `number`. BFCL's Java and JavaScript categories
+not passed on; BFCL adds `"format": "float"` (and a sentence to the description) to a float, a format no
+JSON Schema checker knows (batchmask refuses formats it cannot write), so a float is a plain `number` and
+its description stays as written. BFCL's Java and JavaScript categories
 also rewrite every parameter as a string holding source text (utils.py `_func_doc_language_specific_
 pre_processing`): that is a prompt of theirs, not a schema reading, and is not applied here.
 
