@@ -249,3 +249,13 @@ def test_tools_file_of_questions_refused(tmp_path):
     broken.write_text('{"a": 1}\n{"b": 2}\n')                      # JSON Lines, but not BFCL's: JSON's error
     with pytest.raises(RegistryError, match=r"not valid JSON at line 2 column 1: Extra data"):
         ToolRegistry.from_json(broken)
+
+
+def test_deep_doc_one_line():
+    deep = {"type": "dict", "properties": {}}
+    inner = deep
+    for _ in range(5000):
+        inner["properties"]["a"] = {"type": "dict", "properties": {}}
+        inner = inner["properties"]["a"]
+    with pytest.raises(RegistryError, match=r"x.json:1: function 'f': parameters nested too deeply to read"):
+        openai_tool({"name": "f", "parameters": deep}, "x.json:1")

@@ -103,7 +103,10 @@ def openai_tool(fn: dict, where: str) -> dict:
         raise RegistryError(f"{where}: parameters 'required' must be a list of names, got {_short(required)}")
     out = {k: v for k, v in params.items() if k not in BFCL_ONLY}
     out["type"] = "object"
-    out["properties"] = _properties(params.get("properties", {}), f"{where} parameters: #/properties")
+    try:
+        out["properties"] = _properties(params.get("properties", {}), f"{where} parameters: #/properties")
+    except RecursionError:
+        raise RegistryError(f"{where}: parameters nested too deeply to read") from None
     missing = [r for r in required if r not in out["properties"]]
     if missing:
         raise RegistryError(f"{where}: parameters 'required' names {_short(missing[0])}, which is not among "
@@ -188,7 +191,7 @@ def function_docs_tools(obj, raw: str, source: str) -> list[dict] | None:
     for n, line in lines:
         try:
             e = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):      # not JSON Lines: the caller's JSON error stands
             return None
         if is_question(e):
             raise RegistryError(f"{source}:{n}: a BFCL question file holds a tool set per question; "
