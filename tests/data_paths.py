@@ -24,6 +24,7 @@ DATA = ROOT / "tests" / "data"
 SHARED = ROOT.parent / "shared"          # only to compare the vendored copies with CI's
 
 CATALOGUE = DATA / "tools" / "agent_tools.json"     # 12 typed tools, OpenAI's function-calling form
+BFCL = DATA / "bfcl"                                # a sample of BFCL v4 question lines and one function-doc file
 LLAMA2 = DATA / "llama2"                            # tokenizer.model + tokenizer.bin (SentencePiece, 32000)
 GPT2 = DATA / "gpt2"                                # tokenizer.json + tokenizer_config.json (byte-level BPE, 50257)
 QWEN2_PACKED = DATA / "qwen2"                       # tokenizer.json.xz + tokenizer_config.json (151936 ids)

@@ -112,6 +112,12 @@ def _tools_path(path) -> Path:
     return Path(path)
 
 
+def _bfcl_tools(obj, raw: str, path) -> list | None:
+    """A BFCL function-doc file (a list, or JSON Lines) as OpenAI tools; None for any other file."""
+    from .bfcl import function_docs_tools
+    return function_docs_tools(obj, raw, _short_path(path))
+
+
 def _exists(path: str) -> bool:
     try:
         return Path(path).exists()
@@ -177,7 +183,8 @@ class ToolRegistry:
     @classmethod
     def from_json(cls, path, options=None) -> ToolRegistry:
         """Read `{"tools": [...]}`, a bare list, or an MCP `tools/list` response (`{"result": {"tools": [...]}}`)
-        of native, OpenAI, MCP or Anthropic tool entries, from the file at `path`."""
+        of native, OpenAI, MCP or Anthropic tool entries, from the file at `path`; or BFCL's function docs
+        (a list, or JSON Lines, of `"type": "dict"` docs), read as BFCL reads them (batchmask.tools.bfcl)."""
         path = _tools_path(path)
         try:
             raw = path.read_text(encoding="utf-8-sig")       # a UTF-8 BOM (some editors write one) is skipped
@@ -192,11 +199,16 @@ class ToolRegistry:
         try:
             obj = json.loads(raw)
         except json.JSONDecodeError as e:
+            # BFCL's function-doc files are JSON Lines: one doc a line (batchmask.tools.bfcl).
+            bfcl = _bfcl_tools(None, raw, path) if e.msg == "Extra data" else None
+            if bfcl is not None:
+                return cls.from_obj(bfcl, source=str(path), options=options)
             raise RegistryError(f"{_short_path(path)}: not valid JSON at line {e.lineno} column {e.colno}: "
                                 f"{e.msg}") from None
         except RecursionError:
             raise RegistryError(f"{_short_path(path)}: JSON nested too deeply to read") from None
-        return cls.from_obj(obj, source=str(path), options=options)
+        bfcl = _bfcl_tools(obj, raw, path)            # a list of BFCL function docs ("type": "dict" parameters)
+        return cls.from_obj(obj if bfcl is None else bfcl, source=str(path), options=options)
 
     @classmethod
     def from_obj(cls, obj, source: str = "<registry>", options=None) -> ToolRegistry:
