@@ -259,3 +259,39 @@ def test_deep_doc_one_line():
         inner = inner["properties"]["a"]
     with pytest.raises(RegistryError, match=r"x.json:1: function 'f': parameters nested too deeply to read"):
         openai_tool({"name": "f", "parameters": deep}, "x.json:1")
+
+
+# --- BFCL question files as task files, through the command line ------------------------------------------
+def test_question_files_run_as_task_files_and_calls_validate_against_bfcls_reading(tmp_path):
+    """A BFCL question file is read as tasks (detected by content): each question's first turn is the prompt and
+    its functions the task's tools; every call names one of them and its arguments pass jsonschema against the
+    reference reading of the function's parameters above (not batchmask's conversion)."""
+    import jsonschema
+    from batchmask.models.checkpoint import ModelConfig, random_weights, write_checkpoint
+    from chat_fixtures import HERMES_STYLE, tokenizer_dir
+
+    from batchmask.run.cli import main
+    lines = [q for name in ("BFCL_v4_simple_python.json", "BFCL_v4_parallel.json", "BFCL_v4_multiple.json")
+             for q in map(json.loads, (BFCL / name).read_text(encoding="utf-8").splitlines())
+             if q["id"] not in DATA_ERRORS][:12]
+    tasks = tmp_path / "questions.json"
+    tasks.write_text("".join(json.dumps(q) + "\n" for q in lines))
+    tok = tokenizer_dir(tmp_path / "tok", "gpt2", HERMES_STYLE, pad_token="<|endoftext|>")
+    config = ModelConfig(dim=16, hidden_dim=32, n_layers=1, n_heads=2, n_kv_heads=2, vocab_size=50257, seq_len=2048)
+    write_checkpoint(tmp_path / "m.bin", config, random_weights(config, seed=2, std=0.8))
+    out = tmp_path / "out.jsonl"
+    assert main(["generate", "--tasks", str(tasks), "--checkpoint", str(tmp_path / "m.bin"), "--tokenizer",
+                 str(tok / "tokenizer.json"), "--format", "hermes", "--tool-choice", "required", "--max-new-tokens",
+                 "96", "--max-string", "8", "--grammar-cache", "none", "--quiet", "--out", str(out)]) == 0
+    records = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [r["index"] for r in records] == list(range(len(lines)))
+    checked = 0
+    for rec, q in zip(records, lines):
+        params = {fn["name"].replace(".", "_"): reference(fn["parameters"]) for fn in q["function"]}
+        assert rec["task"] == q["question"][0][-1]["content"]
+        for call in rec["tool_calls"]:
+            assert call["function"]["name"] in params, (q["id"], call)
+            jsonschema.validate(json.loads(call["function"]["arguments"]), params[call["function"]["name"]])
+            checked += 1
+        assert rec["tool_calls"] or rec["finish_reason"] == "length", rec
+    assert checked >= len(lines) // 2

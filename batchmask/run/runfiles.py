@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..errors import RunFileError  # noqa: F401  (run.runfiles.RunFileError: where the run's modules import it)
 from ..safe_write import write_atomic
+from ..tools import bfcl
 from . import openai_batch
 
 
@@ -61,7 +62,7 @@ def _decode(raw: bytes, name: str) -> str:
 
 
 # --- task files -----------------------------------------------------------------------------------
-TASK_FORMATS = ("auto", "text", "jsonl", "openai-batch")
+TASK_FORMATS = ("auto", "text", "jsonl", "openai-batch", "bfcl")
 CHOICE_FIELDS = ("tool_choice", "parallel_tool_calls")   # a task's own tool choice (batchmask.tools.choice)
 MAX_TASK_LINE = 4 << 20                          # characters in one task line (4 Mi: a prompt far past any context
                                                 # we run, a tool list of large schemas): a longer line is refused
@@ -178,7 +179,8 @@ def read_tasks(path: str, fmt: str = "auto") -> TaskFile:
                                f"may hold (batchmask.run.runfiles.MAX_TASK_LINE)")
     if fmt == "auto":
         first = _json_object(lines[0][1])
-        fmt = "text" if first is None else "openai-batch" if openai_batch.is_request(first) else "jsonl"
+        fmt = "text" if first is None else "openai-batch" if openai_batch.is_request(first) else \
+            "bfcl" if bfcl.is_question(first) else "jsonl"
         if fmt == "text":
             _refuse_json_document(text, name)
             # a JSONL file whose first line is broken must not silently become plain tasks
@@ -208,6 +210,11 @@ def read_tasks(path: str, fmt: str = "auto") -> TaskFile:
                                    f"{seen_ids[settings['custom_id']]}'s; each request needs its own")
             seen_ids[settings["custom_id"]] = n
             requests.append(settings)
+        elif fmt == "bfcl":                        # a BFCL question: its first turn and its functions
+            try:
+                obj = bfcl.question_task(obj, f"{name} line {n}")
+            except ValueError as e:
+                raise RunFileError(str(e)) from None
         task = obj.get("task")
         convo = _messages(obj, name, n)
         if convo is not None:
