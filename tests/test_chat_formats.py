@@ -19,7 +19,7 @@ from batchmask import ToolRegistry, compile_grammar
 from batchmask.run.generation import BatchGenerator, GenerationConfig
 from batchmask.tools.chat_template import ChatTemplateError
 from batchmask.tools.envelope import get_envelope
-from batchmask.tools.prompt import catalogue, chat_messages, encode_prompt, render_prompt, tool_schemas
+from batchmask.tools.prompt import TOOLS_MESSAGE, catalogue, chat_messages, encode_prompt, render_prompt, tool_schemas
 
 # Typed tools whose every value is short (bounded strings, enums, small integers, booleans), so that random
 # models finish their calls within the token budget; `answer` (native) is added first by the registry.
@@ -70,13 +70,24 @@ def test_rendered_prompt_and_ids_equal_apply_chat_template(dirs, name):
     tools = tool_schemas(reg)
     convo = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello!", "tool_calls": None},
              {"role": "user", "content": "read a.txt"}]
+    probe = [{"role": "user", "content": "hi"}]
+    ignores = (theirs.apply_chat_template(probe, tools=tools, tokenize=False)
+               == theirs.apply_chat_template(probe, tokenize=False))           # transformers' word on the template
+    assert ignores == (name == "qwen2-shared")
     for task, system in [(TASKS[0], None), (TASKS[2], "Be brief.\n"), (TASKS[3], None), (convo, "sys")]:
         text = render_prompt(reg, task, ours, system=system)
-        want = theirs.apply_chat_template(chat_messages(task, system), tools=tools, add_generation_prompt=True,
-                                          tokenize=False)
+        messages, given = chat_messages(task, system), tools
+        if ignores:           # the documented fallback: the tools as lines of JSON in the system message
+            listed = TOOLS_MESSAGE.format(tools="\n".join(json.dumps(t, ensure_ascii=False) for t in tools))
+            if messages[0]["role"] == "system":
+                messages = [{**messages[0], "content": messages[0]["content"] + "\n\n" + listed}, *messages[1:]]
+            else:
+                messages = [{"role": "system", "content": listed}, *messages]
+            given = None
+        want = theirs.apply_chat_template(messages, tools=given, add_generation_prompt=True, tokenize=False)
         assert text == want
-        ids = theirs.apply_chat_template(chat_messages(task, system), tools=tools, add_generation_prompt=True,
-                                         tokenize=True, return_dict=False)
+        ids = theirs.apply_chat_template(messages, tools=given, add_generation_prompt=True, tokenize=True,
+                                         return_dict=False)
         assert encode_prompt(reg, task, ours, system=system) == ids
     if name == "llama31-style":        # BOS written once, by the template, as its id
         ids = encode_prompt(reg, TASKS[0], ours)
@@ -301,3 +312,14 @@ def test_cli_ablate_takes_format_and_system_as_generate_does(dirs, checkpoints, 
             assert got == hf(text, add_special_tokens=False)["input_ids"]
     counts = json.loads(report.read_text())
     assert counts["constrained"]["parsed"] == counts["constrained"]["trials"] == 2    # the grammar wrote hermes calls
+
+
+def test_a_template_that_ignores_tools_warns_once(dirs, capsys):
+    """The shared Qwen2 template renders tools= to nothing: the warning comes once, however many prompts."""
+    from batchmask.tools import prompt
+    prompt._IGNORES.clear()
+    ours, reg = load_tokenizer(dirs["qwen2-shared"]), registry()
+    texts = [render_prompt(reg, task, ours) for task in TASKS]
+    err = capsys.readouterr().err
+    assert err.count("ignores tools=") == 1, err
+    assert all(tool_schemas(reg)[0]["function"]["name"] in t for t in texts)   # the model is shown its tools

@@ -63,9 +63,42 @@ def render_prompt(registry: ToolRegistry, task, tokenizer=None, *, system: str |
                              "tokenizer_config.json or chat_template.jinja)")
         return f"{catalogue(registry)}\nTASK: {clean_task(task)}{SCAFFOLD}"
     from .chat_template import render, special_tokens
-    messages = chat_messages(task, system)
-    return render(template, messages, tools=tool_schemas(registry), add_generation_prompt=True,
-                  **special_tokens(tokenizer))
+    messages, tools, specials = chat_messages(task, system), tool_schemas(registry), special_tokens(tokenizer)
+    if tools and ignores_tools(template, specials):            # the tools must reach the model some way
+        messages, tools = with_tools_message(messages, tools), None
+    return render(template, messages, tools=tools, add_generation_prompt=True, **specials)
+
+
+# A chat template that renders `tools=` to nothing (some base models' templates) would leave the model held to
+# tools it never saw: such a template gets them in a system message instead, written as TOOLS_MESSAGE says.
+TOOLS_MESSAGE = ("You can call these tools (one JSON object per line: name, description, parameters):\n"
+                 "{tools}\nTo call a tool, reply with the call only.")
+_PROBE_TOOL = {"type": "function", "function": {"name": "probe", "description": "probe",
+                                                "parameters": {"type": "object", "properties": {}}}}
+_IGNORES: dict[str, bool] = {}                   # template text -> whether it renders tools= to nothing
+
+
+def ignores_tools(template: str, specials: dict) -> bool:
+    """Whether `template` renders the same text with and without `tools=` (checked once per template, on a probe
+    conversation); the first time it does, a warning says so."""
+    if template not in _IGNORES:
+        from ..text import say_warning
+        from .chat_template import render
+        probe = [{"role": "user", "content": "hi"}]
+        with_tools = render(template, probe, tools=[_PROBE_TOOL], add_generation_prompt=True, **specials)
+        _IGNORES[template] = with_tools == render(template, probe, tools=None, add_generation_prompt=True, **specials)
+        if _IGNORES[template]:
+            say_warning("the tokenizer's chat template ignores tools=: the tools are given in a system message "
+                        "instead (batchmask.tools.prompt.TOOLS_MESSAGE)")
+    return _IGNORES[template]
+
+
+def with_tools_message(messages: list[dict], tools: list[dict]) -> list[dict]:
+    """`messages` with the tools listed in the system message (after its own text, if it has one)."""
+    text = TOOLS_MESSAGE.format(tools="\n".join(json.dumps(t, ensure_ascii=False) for t in tools))
+    if messages and messages[0].get("role") == "system" and isinstance(messages[0].get("content"), str):
+        return [{**messages[0], "content": messages[0]["content"] + "\n\n" + text}, *messages[1:]]
+    return [{"role": "system", "content": text}, *messages]
 
 
 def task_text(task) -> str:
