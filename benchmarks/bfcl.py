@@ -36,6 +36,7 @@ from batchmask.api import compile_grammar  # noqa: E402
 from batchmask.errors import RegistryError  # noqa: E402
 from batchmask.tools.bfcl import function_docs_tools, is_question, question_task  # noqa: E402
 from batchmask.tools.registry import ToolRegistry  # noqa: E402
+from benchmarks.common import add_plot_options, finish_plot, replot  # noqa: E402
 
 MIRROR = Path("/work/.mirror/ShishirPatil+gorilla/repo")
 DATA = "berkeley-function-call-leaderboard/bfcl_eval/data"
@@ -165,7 +166,10 @@ def main(argv=None) -> int:
     ap.add_argument("--format", default="json", help="call format (batchmask.tools.envelope; default json)")
     ap.add_argument("--limit", type=int, help="compile only the first N distinct sets")
     ap.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "results" / "bfcl.json")
+    add_plot_options(ap)
     a = ap.parse_args(argv)
+    if a.plot_from:
+        return replot(a, draw)
     commit = git(a.repo, "rev-parse", a.commit).strip()
     tokenizer = load_tokenizer(str(a.tokenizer))
     t0 = time.perf_counter()
@@ -181,7 +185,26 @@ def main(argv=None) -> int:
            "files": rows, "total": total}
     a.json.parent.mkdir(parents=True, exist_ok=True)
     a.json.write_text(json.dumps(out, indent=1) + "\n")
+    finish_plot(a, draw, out, a.json)
     return 0
+
+
+def draw(plt, data: dict):
+    """Per BFCL file, its distinct tool sets: compiled, and failed (errors in the data)."""
+    rows = [r for r in data["files"] if r["sets"]]
+    names = [r["file"].removeprefix("BFCL_v4_").removesuffix(".json") for r in rows]
+    fig, ax = plt.subplots(figsize=(10, 0.35 * len(rows) + 1.5))
+    ax.barh(names, [r["compiled"] for r in rows], color="#4c72b0", label="compiled")
+    ax.barh(names, [r["failed"] for r in rows], left=[r["compiled"] for r in rows], color="#c44e52",
+            label="failed (data errors)")
+    t = data["total"]
+    ax.set_xlabel("distinct tool sets")
+    ax.set_title(f"BFCL v4: {t['compiled']:,} of {t['sets']:,} distinct tool sets compile ({t['fraction']:.1%}); "
+                 f"median {t['compile_ms']['median']:.0f} ms")
+    ax.invert_yaxis()
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    return fig
 
 
 if __name__ == "__main__":

@@ -235,7 +235,7 @@ def test_illegal_token_error_names_every_row_after_its_summary():
 
 # --- --system beside a task's own system message ----------------------------------------------------------
 CHAT = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"
-        "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+        "{% if add_generation_prompt %}<|assistant|>{% endif %}{% if tools %}<|tools|>{{ tools | length }}{% endif %}")
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..safe_write import check_target, write_text_atomic
+from ..safe_write import write_text_atomic
 from ..text import printable, say_error, say_warning
 from . import interrupts, limits
 from .cli_format import Parser as _Parser
@@ -35,6 +35,7 @@ from .loading import (  # noqa: F401
     resolve_model_paths,
 )
 from .openai_batch import BatchWriter, per_task
+from .out_paths import check_not_an_input, check_output_file
 from .runfiles import TASK_FORMATS
 
 
@@ -60,24 +61,6 @@ def cmd_generate(args) -> int:
     # the output is locked and checked before the model loads, so a clash is refused at once
     with distributed.Output(out_path, dist, resume=args.resume, force=args.force) as output:
         return _generate(args, dist, taskfile, output)
-
-
-def check_not_an_input(out_path: Path, args) -> None:
-    """--out naming one of the run's own input files is a slip (--force would destroy it): refused."""
-    from .fingerprint import FILE_FLAGS
-    for name in sorted({"tasks", "checkpoint", "tokenizer", *FILE_FLAGS}):
-        value = getattr(args, name, None)
-        try:
-            same = value not in (None, "-") and out_path.exists() and os.path.samefile(out_path, value)
-        except OSError:
-            same = False
-        if same:
-            raise ValueError(f"--out {out_path} is the --{name.replace('_', '-')} file; write the results elsewhere")
-    for side in (".run.json", ".lock", ".run.json.tmp"):   # another run's own files (run/fingerprint.py, run/locks.py)
-        owner = out_path.with_name(out_path.name.removesuffix(side))
-        if out_path.name.endswith(side) and owner.name and owner.is_file():
-            raise ValueError(f"--out {out_path} is the {side} file of the run that wrote {owner}; "
-                             "write the results elsewhere")
 
 
 def _generate(args, dist, taskfile, output) -> int:
@@ -200,24 +183,6 @@ def _generate(args, dist, taskfile, output) -> int:
     if dist:
         distributed.teardown()
     return 0
-
-
-def check_output_file(path, flag: str, inputs: dict) -> None:
-    """An output path (`compile --out`, `ablate --json`) checked before any work: a directory, a missing folder or
-    one of the command's own input files (writing would destroy it) is refused, naming the flag."""
-    if path is None:
-        return
-    p = Path(path)
-    check_target(p, flag)                          # a device, FIFO, directory or link is never written
-    if not p.parent.is_dir():
-        raise ValueError(f"{flag} {p}: the directory {p.parent} does not exist")
-    for name, value in inputs.items():
-        try:
-            same = value is not None and p.exists() and os.path.samefile(p, value)
-        except OSError:
-            same = False
-        if same:
-            raise ValueError(f"{flag} {p} is the {name} file; write it elsewhere")
 
 
 def cmd_ablate(args) -> int:
@@ -443,6 +408,8 @@ def main(argv=None) -> int:
         ranks = sys.modules.get(__package__ + ".distributed")           # torchrun: one rank says it
         if ranks is None or not ranks.said_by_rank0(e):
             say_error(str(e).strip() or type(e).__name__)       # its first line, escaped
+        if ranks is not None:
+            ranks.error_said(e)
         return 2
 
 

@@ -75,10 +75,23 @@ def said_by_rank0(error: BaseException) -> bool:
     rank = os.environ.get("RANK", "0").strip()
     if rank in ("", "0") or os.environ.get("WORLD_SIZE", "1").strip() in ("", "1"):
         return False
+    import torch.distributed as td
     if isinstance(error, EveryRankError):
         return True
-    import torch.distributed as td
-    return not td.is_initialized()
+    if td.is_initialized():
+        return False
+    import time
+    time.sleep(1.0)      # an input error every rank meets: give rank 0 time to say it before torchrun stops it
+    return True
+
+
+def error_said(error: BaseException) -> None:
+    """Every rank, after rank 0 has said an error they share: wait for each other, so no rank exits (and has
+    torchrun stop the others) before rank 0's line is out."""
+    if isinstance(error, EveryRankError):
+        import torch.distributed as td
+        if td.is_initialized():
+            td.barrier()
 
 
 def on_rank0(dist: Dist | None, fn):

@@ -8,6 +8,7 @@ format (envelope.py, built on batchmask.schema and batchmask.grammar), prompts, 
     prompt.py         the compact prompt protocol (`Tools:` catalogue, `TASK:`, `CALL: `) and the call parser
     choice.py         tool_choice / parallel_tool_calls as OpenAI means them: one reply grammar per choice
     calls.py          replies read back in OpenAI's shape (content, tool_calls with stable ids, finish_reason)
+    bfcl.py           BFCL's function docs and question lines read as BFCL's own OpenAI conversion reads them
     chat_template.py  chat templates, as the prompt side imports them (implemented in batchmask.models)
 
 Public names: batchmask.tools.registry.{ToolRegistry, Tool, ToolArg}, batchmask.tools.envelope.{ENVELOPES,
