@@ -28,7 +28,15 @@ from batchmask.models.tokenizer import Tokenizer, load_tokenizer  # noqa: E402
 from batchmask.tools.prompt import catalogue  # noqa: E402
 from batchmask.tools.registry import ToolRegistry  # noqa: E402
 
-TOKENIZER = ROOT.parent / "shared" / "llama2" / "tokenizer.model"
+
+def shared_or_vendored(rel: str) -> Path:
+    """../shared/REL (CI keeps it beside the checkout), else the copy vendored for the tests (tests/data/REL), so
+    a bare clone runs the benchmarks on the real vocabularies and catalogue too."""
+    shared = ROOT.parent / "shared" / rel
+    return shared if shared.exists() else ROOT / "tests" / "data" / rel
+
+
+TOKENIZER = shared_or_vendored("llama2/tokenizer.model")
 
 # words the tasks are made of (also the seed of the synthetic vocabulary, so prompts stay short)
 NOUNS = ["notes", "report", "budget", "todo", "photos", "config", "data", "draft", "letter", "music", "logs"]

@@ -35,12 +35,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # runnable as a script from anywhere
 
-from benchmarks.common import add_plot_options, finish_plot, optional_import, replot  # noqa: E402
+from benchmarks.common import add_plot_options, finish_plot, optional_import, replot, shared_or_vendored  # noqa: E402
 
-SHARED = ROOT.parent / "shared"
-LLAMA = SHARED / "llama2" / "tokenizer.model"
-QWEN = SHARED / "qwen2" / "tokenizer.json"
-CATALOGUE = SHARED / "tools" / "agent_tools.json"
+LLAMA = shared_or_vendored("llama2/tokenizer.model")
+QWEN = ROOT.parent / "shared" / "qwen2" / "tokenizer.json"        # vendored only xz-packed (tests/data_paths.py)
+CATALOGUE = shared_or_vendored("tools/agent_tools.json")
 PEERS = ("xgrammar", "llguidance")     # each engine is the module of its name
 
 
@@ -314,7 +313,7 @@ def main(argv=None):
         return replot(args, draw)
     for p in (LLAMA, CATALOGUE):
         if not p.exists():
-            raise SystemExit(f"{p} not found: the benchmark needs ../shared beside the checkout")
+            raise SystemExit(f"{p} not found: the benchmark needs ../shared beside the checkout or tests/data")
     repeats = 1 if args.quick else 3
     d = args.device
     engines, peer_notes = peers(not args.no_peers)

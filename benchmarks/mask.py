@@ -38,9 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # runnable as a script from anywhere
 
 from batchmask.masker import BatchMasker  # noqa: E402
-from benchmarks.common import add_plot_options, batch_axis, finish_plot, optional_import, replot  # noqa: E402
+from benchmarks.common import TOKENIZER, add_plot_options, batch_axis, finish_plot, optional_import, replot  # noqa: E402,I001
 
-TOKENIZER = ROOT.parent / "shared" / "llama2" / "tokenizer.model"
 BATCHES = [1, 8, 64, 256, 1024]
 VOCABS = [32000, 128 * 1024]
 
@@ -128,8 +127,10 @@ def realistic_states(g, B: int, value_frac: float, gen: torch.Generator) -> torc
     """int32 [B]: round(value_frac * B) rows at value states (most tokens legal), the rest at states where few
     tokens are legal, each drawn uniformly within its kind, in shuffled row order."""
     legal = g.legal_count.cpu().long()  # [S]
-    value = (legal * 2 >= g.vocab_size).nonzero()[:, 0]
-    literal = ((legal * 2 < g.vocab_size) & (legal > 0)).nonzero()[:, 0]
+    wide = max(1, min(g.vocab_size // 2, int(legal.max())))       # a random grammar may have no half-open state
+    value = (legal >= wide).nonzero()[:, 0]
+    literal = ((legal < wide) & (legal > 0)).nonzero()[:, 0]
+    literal = literal if len(literal) else value
     n_value = round(value_frac * B)
     picks = [value[torch.randint(0, len(value), (n_value,), generator=gen)],
              literal[torch.randint(0, len(literal), (B - n_value,), generator=gen)]]
