@@ -253,3 +253,24 @@ def test_a_subschema_met_before_is_reused_only_in_the_same_context(monkeypatch):
     ints = schema_node({**ref, "$defs": {"x": {"type": "integer", "minimum": 0, "maximum": 3}}})
     bools = schema_node({**ref, "$defs": {"x": {"type": "boolean"}}})     # the same text, another root
     assert ints != bools
+
+
+def test_keywords_json_schema_does_not_define_are_annotations():
+    """JSON Schema: an implementation ignores keywords it does not know. Real files carry draft 4's `id`,
+    Snowplow's `self`, Kubernetes' `x-kubernetes-*`, `javaType`, typos: each is ignored at every depth, so the
+    language is the one of the schema without them (and jsonschema, which ignores them too, agrees on it)."""
+    import jsonschema
+    noise = {"id": "http://x/y#", "self": {"vendor": "com.x", "name": "y"}, "x-kubernetes-preserve-unknown-fields":
+             True, "javaType": "com.x.Y", "decription": "a typo", "markdownDescription": "*md*", "readonly": True}
+    bare = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 3},
+                                             "b": {"anyOf": [{"type": "integer", "minimum": 0, "maximum": 9},
+                                                             {"type": "null"}]}}, "required": ["a", "b"]}
+    noisy = {**noise, "type": "object", "required": ["a", "b"],
+             "properties": {"a": {**noise, "type": "string", "maxLength": 3},
+                            "b": {**noise, "anyOf": [{"type": "integer", "minimum": 0, "maximum": 9, **noise},
+                                                     {"type": "null"}]}}}
+    assert schema_node(noisy) == schema_node(bare)
+    for value in ({"a": "xyz", "b": 3}, {"a": "", "b": None}):
+        jsonschema.validate(value, noisy)
+    with pytest.raises(SchemaError, match=re.escape("#/properties/a/not: keyword 'not' is not supported")):
+        schema_node({**bare, "properties": {**bare["properties"], "a": {"type": "string", "not": {"const": "x"}}}})

@@ -18,6 +18,21 @@ KEYWORDS = {
 GENERAL = {"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$defs", "definitions"}
 CONTAINERS = {"$defs", "definitions"}
 SUPPORTED = GENERAL.union(*KEYWORDS.values())
+# Keywords of JSON Schema (2020-12, and drafts 4-7 as real files spell them) that assert something the subset
+# cannot write exactly: refused, naming the keyword and its pointer.
+REFUSED = frozenset({"multipleOf", "not", "if", "then", "else", "minProperties", "maxProperties", "patternProperties",
+                     "dependentRequired", "dependentSchemas", "propertyNames", "contains", "minContains",
+                     "maxContains", "unevaluatedItems", "contentEncoding", "contentMediaType", "contentSchema",
+                     "$dynamicRef", "$dynamicAnchor", "$anchor", "$vocabulary", "dependencies", "$recursiveRef",
+                     "$recursiveAnchor",
+                     "nullable"})      # OpenAPI 3.0's "or null", which tool schemas written for it carry
+
+
+def is_annotation(keyword: str) -> bool:
+    """A keyword that constrains nothing here: the known annotations (ANNOTATIONS) and every keyword JSON Schema
+    does not define (`x-kubernetes-*`, `javaType`, draft 4's `id`, Snowplow's `self`, a typo such as
+    `decription`), which the specification says an implementation ignores."""
+    return keyword not in SUPPORTED and keyword not in REFUSED
 
 
 # Ceilings on explicit bounds (the grammar grows linearly with each; maxLength 10^8 took all memory): a larger

@@ -5,8 +5,9 @@
 schema (jsonschema, formats checked), and within the documented caps (SchemaOptions) no valid
 value is missing, except where docs/json-schema.md says the language is narrowed (additional
 properties and items are never generated; `type` is inferred from the keywords when absent).
-Every keyword is supported, ignored as an annotation (ANNOTATIONS), or refused with a SchemaError
-that names the tool (`where`) and the JSON pointer of the keyword: never silently ignored.
+Every keyword is supported, ignored as an annotation (ANNOTATIONS, and any keyword JSON Schema does not define:
+base.is_annotation), or refused with a SchemaError
+that names the tool (`where`) and the JSON pointer of the keyword: a keyword that asserts is never silently ignored.
 
 Values serialise as json.dumps(..., ensure_ascii=False, separators=separators) writes them, with one
 difference: U+007F is written \\u007f, as every string body here (JsonStr) writes it.
@@ -19,7 +20,19 @@ from collections import OrderedDict
 from dataclasses import replace
 
 from ..grammar.nodes import Node
-from .base import ANNOTATIONS, CONTAINERS, KEYWORDS, SUPPORTED, TYPES, Ctx, Empty, SchemaError, SchemaOptions
+from .base import (
+    ANNOTATIONS,
+    CONTAINERS,
+    KEYWORDS,
+    REFUSED,
+    SUPPORTED,
+    TYPES,
+    Ctx,
+    Empty,
+    SchemaError,
+    SchemaOptions,
+    is_annotation,
+)
 from .base import ptr as jp
 from .json_values import (
     check_disjoint,
@@ -83,9 +96,9 @@ def _build_new(schema, ptr: str, ctx: Ctx) -> Node:
     if not isinstance(schema, dict):
         ctx.fail(ptr, f"a schema must be an object or a boolean, got {type(schema).__name__}")
     for k in schema:
-        if k not in SUPPORTED and k not in ANNOTATIONS:
+        if k in REFUSED:
             ctx.fail(jp(ptr, k), f"keyword {k!r} is not supported")
-    assertions = [k for k in schema if k not in ANNOTATIONS and k not in CONTAINERS]
+    assertions = [k for k in schema if k in SUPPORTED and k not in CONTAINERS]
     for combinator in ("$ref", "anyOf", "oneOf", "allOf"):
         if combinator in schema:
             others = [k for k in assertions if k != combinator]
@@ -150,7 +163,7 @@ def _literals(schema: dict, ptr: str, ctx: Ctx) -> Node:
             check_value(v)
         except ValueError as e:
             ctx.fail(jp(ptr, key, i) if key == "enum" else jp(ptr, key), str(e))
-    rest = {k: v for k, v in schema.items() if k not in ("enum", "const") and k not in ANNOTATIONS
+    rest = {k: v for k, v in schema.items() if k not in ("enum", "const") and not is_annotation(k)
             and k not in CONTAINERS}
     kept, seen, nodes = [], set(), {}
     for v in values:
@@ -262,7 +275,8 @@ def _one_of(schema: dict, ptr: str, ctx: Ctx) -> Node:
 
 def _all_of(schema: dict, ptr: str, ctx: Ctx) -> Node:
     branches = _branches(schema, "allOf", ptr, ctx)
-    real = [i for i, b in enumerate(branches) if not (isinstance(b, dict) and set(b) <= ANNOTATIONS) and b is not True]
+    real = [i for i, b in enumerate(branches)
+            if not (isinstance(b, dict) and all(is_annotation(k) for k in b)) and b is not True]
     if len(real) != 1:
         ctx.fail(jp(ptr, "allOf"), "'allOf' is supported only with one branch that is not just annotations "
                                      f"(got {len(real)})")
@@ -302,7 +316,7 @@ def canonical_schema(schema):
         return schema
     out = {}
     for k, v in schema.items():
-        if k in ANNOTATIONS:
+        if is_annotation(k):
             continue
         if k in ("properties", "$defs", "definitions") and isinstance(v, dict):
             v = {name: canonical_schema(s) for name, s in v.items()}
