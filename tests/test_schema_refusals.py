@@ -55,7 +55,7 @@ REFUSED = [   # (schema of the property "p", pointer under #/properties/p, what 
     ({"oneOf": [{"enum": ["a", 1]}, {"type": "integer"}]}, "/oneOf/1", "both admit 1"),
     ({"oneOf": [{"type": "string"}, {"maxLength": 3}]}, "/oneOf/1", "no 'type', enum or const"),
     ({"allOf": [S, {"maxLength": 3}]}, "/allOf", "only with one branch"),
-    ({"anyOf": [S], "type": "string"}, "/type", "'type' beside 'anyOf'"),
+    ({"anyOf": [S], "maxLength": 2}, "/maxLength", "'maxLength' beside 'anyOf'"),     # a second maxLength: no merge
     ({"$ref": "#/$defs/missing"}, "/$ref", "points at nothing"),
     ({"$ref": "other.json#/a"}, "/$ref", "only local $refs"),
     ({"$dynamicRef": "#x"}, "/$dynamicRef", "not supported"),

@@ -4,7 +4,8 @@ In: a JSON Schema (a dict or bool) and SchemaOptions. Out: a grammar node tree (
 compactly; or a SchemaError naming the keyword and the JSON pointer. Uses batchmask.grammar only.
 
     build.py        the walk: $ref, anyOf/oneOf/allOf, enum/const; the entry `schema_node`, `canonical_schema`
-    base.py         keyword sets, SchemaOptions (the caps), the walk's context
+    base.py         keyword sets (supported, refused, annotations), SchemaOptions (the caps), the walk's context
+    siblings.py     keywords beside anyOf/oneOf moved into each branch, where that is exact
     types.py        one builder per JSON type (string, integer, number, boolean, null, array, object)
     numbers.py      exact integer and number ranges as digit automata
     strings.py      JSON characters from a set of code points, and `format`s

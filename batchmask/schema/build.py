@@ -45,6 +45,7 @@ from .json_values import (
     json_type,
 )
 from .nodes import alt, lit, node_accepts, seq
+from .siblings import merged_branches
 from .strings import char_node, must_escape
 from .types import TYPE_BUILDERS, bounds
 
@@ -102,6 +103,10 @@ def _build_new(schema, ptr: str, ctx: Ctx) -> Node:
     for combinator in ("$ref", "anyOf", "oneOf", "allOf"):
         if combinator in schema:
             others = [k for k in assertions if k != combinator]
+            if others and combinator in ("anyOf", "oneOf"):      # siblings are a conjunction: into each branch
+                moved = merged_branches(schema, combinator, others)
+                if moved is not None:
+                    return _COMBINATORS[combinator](moved, ptr, ctx)
             if others:
                 ctx.fail(jp(ptr, others[0]), f"{others[0]!r} beside {combinator!r} is not supported "
                                                 "(move it into the referenced schema or each branch)")

@@ -1,0 +1,60 @@
+"""Keywords beside anyOf / oneOf are a conjunction (issue 24; batchmask/schema/siblings.py).
+
+Each schema is compiled as written, siblings and all, and walked token by token against llguidance, which
+reads the schema as the specification does (the siblings where they stand); every finished value is validated
+with jsonschema against the schema as written. Where moving a sibling into a branch would not be exact (both
+name keywords that read each other), the schema is still refused, naming the pointer.
+"""
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+from test_schema_oracle import matcher, validate_value, vocab, walk
+
+from batchmask.api import compile_json_schema
+from batchmask.schema.base import SchemaError
+from batchmask.schema.build import SchemaOptions, schema_node
+from batchmask.schema.siblings import meet_types
+
+SCHEMAS = [
+    {"type": "string", "anyOf": [{"maxLength": 3}, {"pattern": "^[0-9]{2,5}$", "maxLength": 5}]},
+    {"type": ["integer", "null"], "oneOf": [{"type": "integer", "minimum": 0, "maximum": 5}, {"type": "null"}]},
+    {"maxLength": 4, "anyOf": [{"type": "string"}, {"type": "integer", "minimum": 0, "maximum": 99}]},
+    {"type": "number", "anyOf": [{"type": "integer", "minimum": -3, "maximum": 3}, {"type": "boolean"},
+                                 {"minimum": 10, "maximum": 12}]},
+    {"type": "object", "properties": {"k": {"enum": ["a", "b"]}, "n": {"type": "integer", "minimum": 0,
+                                                                       "maximum": 9}},
+     "required": ["k"], "anyOf": [{"required": ["n"]}, {"required": ["k"]}]},
+    {"enum": ["x", "y", 1, None], "anyOf": [{"type": "string", "maxLength": 1}, {"type": "integer"}]},
+]
+
+
+@pytest.mark.parametrize("schema", SCHEMAS, ids=lambda s: str(sorted(s))[:40])
+def test_siblings_beside_a_union_match_llguidance_and_validate(schema):
+    options = SchemaOptions()
+    g = compile_json_schema(schema, vocab("gpt2"), options=options)
+    rng = random.Random(7)
+    for k in range(6):
+        text = walk(g, matcher(schema, "gpt2", options), "gpt2", schema, options, rng, push=0.9 * (k % 2),
+                    finish_at=rng.randint(0, 6))
+        validate_value(text, schema)
+
+
+def test_siblings_that_read_a_branchs_keywords_are_still_refused():
+    schema = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 1}},
+              "anyOf": [{"properties": {"b": {"type": "boolean"}}}, {"required": ["a"]}]}
+    with pytest.raises(SchemaError, match=re.escape("beside 'anyOf' is not supported")):
+        schema_node(schema)
+    with pytest.raises(SchemaError, match=re.escape("'minLength' beside 'anyOf'")):
+        schema_node({"minLength": 2, "anyOf": [{"type": "string", "minLength": 1, "maxLength": 3}]})
+
+
+def test_types_meet_as_json_schema_reads_them():
+    # an integer is a number; each side may be a name or a list
+    cases = [("number", "integer", ["integer"]), (["integer", "null"], "number", ["integer"]),
+             ("string", ["string", "null"], ["string"]), ("boolean", "null", []),
+             (["number", "null"], "null", ["null"])]
+    for a, b, want in cases:
+        assert meet_types(a, b) == want and sorted(meet_types(b, a)) == sorted(want)
