@@ -28,6 +28,9 @@ SCHEMAS = [
                                                                        "maximum": 9}},
      "required": ["k"], "anyOf": [{"required": ["n"]}, {"required": ["k"]}]},
     {"enum": ["x", "y", 1, None], "anyOf": [{"type": "string", "maxLength": 1}, {"type": "integer"}]},
+    # a type beside a $ref whose target says it already (an object's: test_a_type_beside_a_ref_...)
+    {"$defs": {"n": {"type": "integer", "minimum": -2, "maximum": 40}}, "type": ["number", "null"],
+     "$ref": "#/$defs/n"},
 ]
 
 
@@ -58,3 +61,30 @@ def test_types_meet_as_json_schema_reads_them():
              (["number", "null"], "null", ["null"])]
     for a, b, want in cases:
         assert meet_types(a, b) == want and sorted(meet_types(b, a)) == sorted(want)
+
+
+def test_a_type_beside_a_ref_to_an_object_schema_is_the_ref_alone():
+    defs = {"o": {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 3}},
+                  "required": ["a"]}}
+    assert schema_node({"$defs": defs, "type": "object", "$ref": "#/$defs/o"}) == \
+        schema_node({"$defs": defs, "$ref": "#/$defs/o"})
+
+
+def test_a_type_beside_a_ref_that_says_more_is_still_refused():
+    defs = {"n": {"type": "integer", "minimum": 0, "maximum": 4}, "s": {"maxLength": 3}}
+    for sib, ref in (({"type": "string"}, "#/$defs/n"), ({"type": "string"}, "#/$defs/s"),
+                     ({"maxLength": 2}, "#/$defs/n")):
+        with pytest.raises(SchemaError, match="beside '\\$ref' is not supported"):
+            schema_node({"$defs": defs, "$ref": ref, **sib})
+
+
+def test_a_format_json_schema_does_not_define_is_an_annotation():
+    """`path`, `topic`, `int32` on a string: formats the specification does not define assert nothing (jsonschema
+    ignores them too); a defined format the subset cannot write is still refused."""
+    import jsonschema
+    plain = {"type": "string", "maxLength": 5}
+    for name in ("path", "topic", "int32", "datetime"):
+        assert schema_node({**plain, "format": name}) == schema_node(plain)
+        jsonschema.validate("a/b", {**plain, "format": name}, format_checker=jsonschema.FormatChecker())
+    with pytest.raises(SchemaError, match="format 'ipv6' is not supported"):
+        schema_node({**plain, "format": "ipv6"})

@@ -83,3 +83,20 @@ def merged_branches(schema: dict, combinator: str, siblings: list[str]) -> dict 
             return None
         out.append(m)
     return {**{k: v for k, v in schema.items() if k not in moved}, combinator: out}
+
+
+def redundant(siblings: dict, target) -> bool:
+    """Whether `target` (a $ref's schema) already says every sibling: the same keyword with the same value, or a
+    `type` of its own the sibling's admits (`{"$ref": ..., "type": "object"}` of an object schema)."""
+    if not isinstance(target, dict):
+        return False
+    for key, value in siblings.items():
+        if key not in target:
+            return False
+        if key == "type":
+            own = _types(target["type"])
+            if sorted(meet_types(own, value)) != sorted(own):
+                return False
+        elif not json_equal(value, target[key]):
+            return False
+    return True

@@ -151,5 +151,10 @@ def format_node(name: str, fraction_digits: int, budget: int) -> tuple[Node, int
 
 _NET = {"ipv4": lambda budget: ipv4_node(), "hostname": hostname_node, "email": email_node, "uri": uri_node}
 FORMATS = ("date", "time", "date-time", "uuid", *_NET)
-__all__ = ["FORMATS", "char_node", "complement", "date_node", "format_node", "must_escape", "normalize",
-           "time_node", "uuid_node"]
+# The formats JSON Schema 2020-12 defines: one outside FORMATS is refused (its values cannot be written exactly);
+# a name it does not define (`path`, `topic`, `int32` on a string) is an annotation, as the specification reads it.
+DEFINED_FORMATS = frozenset({"date-time", "date", "time", "duration", "email", "idn-email", "hostname",
+                             "idn-hostname", "ipv4", "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uuid",
+                             "uri-template", "json-pointer", "relative-json-pointer", "regex"})
+__all__ = ["DEFINED_FORMATS", "FORMATS", "char_node", "complement", "date_node", "format_node", "must_escape",
+           "normalize", "time_node", "uuid_node"]

@@ -12,7 +12,7 @@ from .json_values import exact_number, json_literal
 from .nodes import alt, lit, opt, seq
 from .numbers import integer_node, number_node
 from .regex import PatternError, pattern_node
-from .strings import FORMATS, format_node
+from .strings import DEFINED_FORMATS, FORMATS, format_node
 
 
 # --- strings ----------------------------------------------------------------------------------------
@@ -29,6 +29,8 @@ def _string(schema: dict, ptr: str, ctx: Ctx) -> Node:
         hi = max(o.max_string_length, lo)
     if lo > hi:
         raise Empty(jp(ptr, "minLength"), f"minLength {lo} > maxLength {hi}")
+    if isinstance(schema.get("format"), str) and schema["format"] not in DEFINED_FORMATS:
+        schema = {k: v for k, v in schema.items() if k != "format"}     # a format JSON Schema does not define
     if "format" in schema and "pattern" in schema:
         ctx.fail(jp(ptr, "pattern"), "'pattern' together with 'format' is not supported")
     if "format" in schema:
