@@ -163,7 +163,8 @@ def json_values():
 
 # --- reference schemas ---------------------------------------------------------------------------
 def closed(schema):
-    """The schema with `additionalProperties: false` on every object (batchmask's object semantics)."""
+    """The schema with `additionalProperties: false` on every object of declared properties (batchmask's object
+    semantics); a map (`additionalProperties` a schema, no `properties`) keeps it, its values closed in turn."""
     if isinstance(schema, list):
         return [closed(s) for s in schema]
     if not isinstance(schema, dict):
@@ -173,6 +174,8 @@ def closed(schema):
     for k in ("properties", "$defs", "definitions"):
         if k in schema:
             out[k] = {p: closed(v) for p, v in schema[k].items()}
-    if schema.get("type") == "object" or "properties" in schema:
+    if isinstance(schema.get("additionalProperties"), dict) and "properties" not in schema:    # a map: its values
+        out["additionalProperties"] = closed(schema["additionalProperties"])
+    elif schema.get("type") == "object" or "properties" in schema:
         out["additionalProperties"] = False
     return out

@@ -153,7 +153,13 @@ def explicit(schema, options):
         out[k] = v
     types = schema.get("type")
     types = types if isinstance(types, list) else [types]
-    if "object" in types or "properties" in schema:
+    if isinstance(schema.get("additionalProperties"), dict) and "properties" not in schema:     # a map
+        # keys of at most max_string_length characters: as a pattern (llguidance has no propertyNames)
+        out["patternProperties"] = {"^[\\s\\S]{0,%d}$" % options.max_string_length:
+                                    explicit(schema["additionalProperties"], options)}
+        out["additionalProperties"] = False
+        out["maxProperties"] = options.max_items
+    elif "object" in types or "properties" in schema:
         out["additionalProperties"] = False
     if ("string" in types or "minLength" in schema) and "maxLength" not in schema and "format" not in schema \
             and "pattern" not in schema and "enum" not in schema and "const" not in schema:

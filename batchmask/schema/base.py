@@ -51,7 +51,8 @@ class SchemaOptions:
                         bound: an unbounded integer is -(10^15-1) .. 10^15-1                  15
     fraction_digits     digits after the point in numbers and in times' fractions             6
     exponent_digits     exponent digits of numbers without any bound (bounded: no exponent)  2
-    max_items           maxItems of an array without one (a larger minItems wins)             16
+    max_items           maxItems of an array without one (a larger minItems wins); entries   16
+                        of a map (additionalProperties a schema, no properties)
     max_depth           nesting of arrays and objects inside one value (the value itself is 1) 8
     ref_depth           times one $ref may expand inside itself (recursion is unrolled;
                         past it, optional branches that recurse are left out)                 3

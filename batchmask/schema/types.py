@@ -212,11 +212,10 @@ def _object(schema: dict, ptr: str, ctx: Ctx) -> Node:
         if required.index(r) != i:
             ctx.fail(jp(ptr, "required", i), f"required property {r!r} is listed twice")
     extra = schema.get("additionalProperties")
-    if isinstance(extra, dict) and not props:
-        ctx.fail(jp(ptr, "additionalProperties"), "'additionalProperties' as a schema without 'properties' is "
-                 "not supported (arbitrary keys); declare the properties")
     if extra is not None and not isinstance(extra, (bool, dict)):
         ctx.fail(jp(ptr, "additionalProperties"), "'additionalProperties' must be a boolean or a schema")
+    if isinstance(extra, dict) and not props:
+        return _map(extra, ptr, ctx, inner)
     if schema.get("unevaluatedProperties", False) is not False:
         ctx.fail(jp(ptr, "unevaluatedProperties"), "only 'unevaluatedProperties': false is supported")
     members = []                                          # (required, key+value node), declared order
@@ -239,6 +238,21 @@ def _object(schema: dict, ptr: str, ctx: Ctx) -> Node:
         if need:
             break
     return seq(lit(b"{"), alt(*firsts), lit(b"}"))
+
+
+def _map(values: dict, ptr: str, ctx: Ctx, inner: Ctx) -> Node:
+    """An object of free keys, each value of `values` (`additionalProperties` as a schema, no `properties`): up to
+    SchemaOptions.max_items entries, keys any JSON string of at most max_string_length characters. Keys are not
+    kept distinct (duplicate names are JSON, and a reader takes the last)."""
+    try:
+        value = ctx.build(values, jp(ptr, "additionalProperties"), inner)
+    except Empty:
+        return lit(b"{}")                                 # no value fits: only the empty object
+    key = seq(lit(b'"'), JsonStr(0, ctx.options.max_string_length), lit(b'"'), lit(ctx.key_sep))
+    entry = seq(key, value)
+    n = ctx.options.max_items
+    more = Repeat(seq(lit(ctx.item_sep), entry), 0, n - 1) if n > 1 else lit(b"")
+    return seq(lit(b"{"), alt(lit(b""), seq(entry, more)) if n > 0 else lit(b""), lit(b"}"))
 
 
 TYPE_BUILDERS = {

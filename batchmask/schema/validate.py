@@ -12,7 +12,8 @@ format checker reads it: no year 0, no leap second 60) and uuid, minimum/maximum
 exclusiveMaximum, multipleOf, anyOf, oneOf, allOf, not, local $ref ($defs/definitions),
 items/prefixItems/minItems/maxItems, properties/required. One deliberate
 difference, batchmask's: an object holds nothing beyond its declared properties (as with
-`additionalProperties: false`), because the grammar generates nothing else.
+`additionalProperties: false`), because the grammar generates nothing else; a map (`additionalProperties` a
+schema, no `properties`) holds any keys, each value of that schema.
 """
 from __future__ import annotations
 
@@ -261,6 +262,13 @@ def _check_object(v: dict, schema, root, path, depth) -> str | None:
             return f"{where}: required property {key!r} is missing"
     t = schema.get("type")
     closed = "properties" in schema or t == "object" or (isinstance(t, list) and "object" in t)
+    extra = schema.get("additionalProperties")
+    if isinstance(extra, dict) and "properties" not in schema:         # a map: every value of that schema
+        for key, x in v.items():
+            err = _check(x, extra, root, f"{path}/{_escape(key)}", depth + 1)
+            if err:
+                return err
+        return None
     for key, x in v.items():
         if key not in props:
             if closed:          # an object schema (not, say, an anyOf around several) holds its declared keys
