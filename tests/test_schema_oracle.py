@@ -138,10 +138,31 @@ def format_patterns(options) -> dict[str, str]:
             "uuid": "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}
 
 
+TYPE_WORDS = {"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern",
+              "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "items", "prefixItems",
+              "minItems", "maxItems", "uniqueItems", "additionalItems", "properties", "required",
+              "additionalProperties", "unevaluatedProperties"}
+
+
+def any_schema(options, depth: int) -> dict:
+    """Any JSON value as batchmask bounds it (SchemaOptions: strings, items, map entries; any_depth levels of
+    arrays and maps), written as an explicit schema for llguidance."""
+    branches = [{"type": "null"}, {"type": "boolean"}, {"type": "number"},
+                {"type": "string", "maxLength": options.max_string_length}]
+    if depth > 0 and options.max_items > 0:
+        inner = any_schema(options, depth - 1)
+        branches += [{"type": "array", "items": inner, "maxItems": options.max_items},
+                     {"type": "object", "patternProperties": {"^[\\s\\S]{0,%d}$" % options.max_string_length: inner},
+                      "additionalProperties": False, "maxProperties": options.max_items}]
+    return {"anyOf": branches}
+
+
 def explicit(schema, options):
     """The schema with batchmask's implicit semantics written out (module docstring)."""
     if isinstance(schema, list):
         return [explicit(s, options) for s in schema]
+    if schema is True or (isinstance(schema, dict) and not TYPE_WORDS & set(schema)):
+        return any_schema(options, options.any_depth)
     if not isinstance(schema, dict):
         return schema
     out = {}
@@ -164,6 +185,8 @@ def explicit(schema, options):
     if ("string" in types or "minLength" in schema) and "maxLength" not in schema and "format" not in schema \
             and "pattern" not in schema and "enum" not in schema and "const" not in schema:
         out["maxLength"] = max(options.max_string_length, schema.get("minLength", 0))
+    if ("array" in types or "items" in schema) and "items" not in schema and "prefixItems" not in schema:
+        out["items"] = any_schema(options, options.any_depth)
     if ("array" in types or "items" in schema) and "maxItems" not in schema:
         out["maxItems"] = max(options.max_items, schema.get("minItems", 0))
     if "format" in schema:

@@ -57,6 +57,8 @@ class SchemaOptions:
     ref_depth           times one $ref may expand inside itself (recursion is unrolled;
                         past it, optional branches that recurse are left out)                 3
     repeat_cap          repetitions of *, + and {m,} in a pattern (maxLength when given)      16
+    any_depth           arrays and maps nested inside a value of any type (a schema `true`,
+                        `{}` or without a type; an array without items): 0 scalars only       1
     """
     max_string_length: int = 256
     int_digits: int = 15
@@ -66,11 +68,12 @@ class SchemaOptions:
     max_depth: int = 8
     ref_depth: int = 3
     repeat_cap: int = 16
+    any_depth: int = 1
 
     def __post_init__(self):
         for name, low in (("max_string_length", 0), ("int_digits", 1), ("fraction_digits", 0),
                           ("exponent_digits", 0), ("max_items", 0), ("max_depth", 1), ("ref_depth", 1),
-                          ("repeat_cap", 1)):
+                          ("repeat_cap", 1), ("any_depth", 0)):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < low:
                 raise ValueError(f"SchemaOptions.{name} must be an integer >= {low}, got {v!r}")

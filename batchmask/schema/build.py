@@ -47,7 +47,7 @@ from .json_values import (
 from .nodes import alt, lit, node_accepts, seq
 from .siblings import merged_branches, redundant
 from .strings import char_node, must_escape
-from .types import TYPE_BUILDERS, bounds
+from .types import TYPE_BUILDERS, any_node, bounds
 
 __all__ = ["ANNOTATIONS", "SchemaError", "SchemaOptions", "canonical_schema", "json_literal", "schema_node"]
 
@@ -91,7 +91,7 @@ def _memo_key(schema, ctx: Ctx):
 
 def _build_new(schema, ptr: str, ctx: Ctx) -> Node:
     if schema is True:
-        ctx.fail(ptr, "the schema true (any value) is not supported: values must be bounded; give a type")
+        return any_node(ctx, ctx.options.any_depth)
     if schema is False:
         raise Empty(ptr, "the schema false admits no value")
     if not isinstance(schema, dict):
@@ -137,10 +137,7 @@ def _types(schema: dict, ptr: str, ctx: Ctx) -> list[str]:
     t = schema.get("type")
     if t is None:
         found = [name for name, kws in KEYWORDS.items() if any(k in schema for k in kws)]
-        if not found:
-            ctx.fail(ptr, "a schema without 'type' (or enum, const, anyOf, oneOf, $ref) admits any value; "
-                          "values must be bounded: give a type")
-        return found
+        return found or ["any"]                       # nothing says a type: any JSON value (types.any_node)
     names = [t] if isinstance(t, str) else t
     if not isinstance(names, list) or not names:
         ctx.fail(jp(ptr, "type"), f"'type' must be a type name or a non-empty list of them, got {t!r}")

@@ -164,7 +164,7 @@ def _array(schema: dict, ptr: str, ctx: Ctx) -> Node:
         ctx.fail(jp(ptr, prefix_key), f"{prefix_key!r} must be a list of schemas")
     prefix = prefix or []
     if items is None and not prefix:
-        ctx.fail(ptr, "an array without 'items' admits any items; values must be bounded: give 'items'")
+        items = True                                      # any items (types.any_node)
     heads = []
     for i, sub in enumerate(prefix):
         try:
@@ -255,9 +255,33 @@ def _map(values: dict, ptr: str, ctx: Ctx, inner: Ctx) -> Node:
     return seq(lit(b"{"), alt(lit(b""), seq(entry, more)) if n > 0 else lit(b""), lit(b"}"))
 
 
+def any_node(ctx: Ctx, depth: int) -> Node:
+    """Any JSON value, within the caps: null, true, false, a number (int_digits, fraction_digits,
+    exponent_digits), a string (max_string_length), and while `depth` > 0 (SchemaOptions.any_depth) arrays of up
+    to max_items values and maps of up to max_items free keys whose values nest one level less."""
+    o = ctx.options
+    scalars = [lit(b"null"), lit(b"true"), lit(b"false"),
+               number_node(None, None, o.int_digits, o.fraction_digits, o.exponent_digits),
+               seq(lit(b'"'), JsonStr(0, o.max_string_length), lit(b'"'))]
+    if depth <= 0 or ctx.depth + 1 > o.max_depth or o.max_items == 0:
+        return alt(*scalars)
+    inner = any_node(replace(ctx, depth=ctx.depth + 1), depth - 1)
+    sep, n = lit(ctx.item_sep), o.max_items
+    key = seq(lit(b'"'), JsonStr(0, o.max_string_length), lit(b'"'), lit(ctx.key_sep))
+    array = seq(lit(b"["), alt(lit(b""), seq(inner, Repeat(seq(sep, inner), 0, n - 1))), lit(b"]"))
+    entry = seq(key, inner)
+    obj = seq(lit(b"{"), alt(lit(b""), seq(entry, Repeat(seq(sep, entry), 0, n - 1))), lit(b"}"))
+    return alt(*scalars, array, obj)
+
+
+def _any(schema: dict, ptr: str, ctx: Ctx) -> Node:
+    return any_node(ctx, ctx.options.any_depth)
+
+
 TYPE_BUILDERS = {
     "string": _string, "integer": _integer, "number": _number,
     "boolean": lambda s, p, c: alt(lit(b"true"), lit(b"false")),
     "null": lambda s, p, c: lit(b"null"),
     "array": _array, "object": _object,
+    "any": _any,                          # no keyword says a type (build._types): any JSON value
 }
