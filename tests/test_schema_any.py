@@ -6,12 +6,9 @@ jsonschema against the schema as written.
 """
 from __future__ import annotations
 
-import random
-
 import pytest
-from test_schema_oracle import matcher, validate_value, vocab, walk
+from test_schema_oracle import walks_agree
 
-from batchmask.api import compile_json_schema
 from batchmask.schema.build import SchemaOptions, schema_node
 
 ANY = [
@@ -28,12 +25,7 @@ ANY = [
 @pytest.mark.parametrize("depth", [0, 1])
 def test_any_value_matches_llguidance_and_validates(schema, depth):
     options = SchemaOptions(max_items=2, max_string_length=4, any_depth=depth)
-    g = compile_json_schema(schema, vocab("gpt2"), options=options)
-    rng = random.Random(11 + depth)
-    for k in range(6):
-        text = walk(g, matcher(schema, "gpt2", options), "gpt2", schema, options, rng, push=0.9 * (k % 2),
-                    finish_at=rng.randint(0, 10))
-        validate_value(text, schema)
+    walks_agree(schema, options, seed=11 + depth, max_finish=10)
 
 
 def test_true_and_empty_schemas_are_the_same_any_value():

@@ -5,12 +5,9 @@ keys of at most max_string_length characters); every finished value is validated
 """
 from __future__ import annotations
 
-import random
-
 import pytest
-from test_schema_oracle import matcher, validate_value, vocab, walk
+from test_schema_oracle import walks_agree
 
-from batchmask.api import compile_json_schema
 from batchmask.schema.build import SchemaOptions, schema_node
 
 MAPS = [
@@ -26,12 +23,7 @@ MAPS = [
 @pytest.mark.parametrize("schema", MAPS, ids=range(len(MAPS)))
 def test_maps_match_llguidance_and_validate(schema):
     options = SchemaOptions(max_items=3, max_string_length=6)
-    g = compile_json_schema(schema, vocab("gpt2"), options=options)
-    rng = random.Random(3)
-    for k in range(6):
-        text = walk(g, matcher(schema, "gpt2", options), "gpt2", schema, options, rng, push=0.9 * (k % 2),
-                    finish_at=rng.randint(0, 10))
-        validate_value(text, schema)
+    walks_agree(schema, options, seed=3, max_finish=10)
 
 
 def test_a_map_whose_values_admit_nothing_is_the_empty_object():

@@ -376,6 +376,18 @@ def validate_value(data: bytes, schema):
     assert check(loads(data.decode("utf-8")), schema) is None
 
 
+def walks_agree(schema, options, name: str = "gpt2", seed: int = 0, walks: int = 6, max_finish: int = 10) -> None:
+    """`walks` walks through `schema`'s grammar, token by token against llguidance told the same caps (half of
+    them pushed towards the caps), each finished value validated: the check the feature tests share."""
+    from batchmask.api import compile_json_schema
+    g = compile_json_schema(schema, vocab(name), options=options)
+    rng = random.Random(seed)
+    for k in range(walks):
+        text = walk(g, matcher(schema, name, options), name, schema, options, rng, push=0.9 * (k % 2),
+                    finish_at=rng.randint(0, max_finish))
+        validate_value(text, schema)
+
+
 # --- tests ----------------------------------------------------------------------------------------------
 def _api():
     api = pytest.importorskip("batchmask.api")

@@ -7,13 +7,11 @@ name keywords that read each other), the schema is still refused, naming the poi
 """
 from __future__ import annotations
 
-import random
 import re
 
 import pytest
-from test_schema_oracle import matcher, validate_value, vocab, walk
+from test_schema_oracle import walks_agree
 
-from batchmask.api import compile_json_schema
 from batchmask.schema.base import SchemaError
 from batchmask.schema.build import SchemaOptions, schema_node
 from batchmask.schema.siblings import meet_types
@@ -37,12 +35,7 @@ SCHEMAS = [
 @pytest.mark.parametrize("schema", SCHEMAS, ids=lambda s: str(sorted(s))[:40])
 def test_siblings_beside_a_union_match_llguidance_and_validate(schema):
     options = SchemaOptions()
-    g = compile_json_schema(schema, vocab("gpt2"), options=options)
-    rng = random.Random(7)
-    for k in range(6):
-        text = walk(g, matcher(schema, "gpt2", options), "gpt2", schema, options, rng, push=0.9 * (k % 2),
-                    finish_at=rng.randint(0, 6))
-        validate_value(text, schema)
+    walks_agree(schema, options, seed=7, max_finish=6)
 
 
 def test_siblings_that_read_a_branchs_keywords_are_still_refused():
