@@ -229,3 +229,26 @@ def test_file_level_problems_refuse_the_file_in_one_line(files, tmp_path, capsys
     plain.write_text(json.dumps({"task": "hi"}) + "\n")
     assert run(files, tmp_path / "p.jsonl", "--tasks-format", "openai-batch", tasks=plain) == 2
     assert "\"custom_id\" must be a non-empty string" in capsys.readouterr().err
+
+
+def test_torchrun_writes_the_lines_one_process_writes(files, answered, tmp_path):
+    """Two gloo ranks share the requests; rank 0 answers the refused ones; the merged output is in input order and
+    equals one process's, line for line (but the timestamps)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    d, tok_dir = files
+    _, got = answered
+    out = tmp_path / "multi.jsonl"
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+           str(29900 + os.getpid() % 90), "-m", "batchmask", "generate", "--tasks", str(d / "batch.jsonl"),
+           "--checkpoint", str(d / "model.bin"), "--tokenizer", str(tok_dir / "tokenizer.json"), "--format", "hermes",
+           "--max-new-tokens", "48", "--max-string", "8", "--grammar-cache", "none", "--quiet", "--device", "cpu",
+           "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [stable(x) for x in lines(out)] == [stable(x) for x in got]
+    assert not list(tmp_path.glob("multi.jsonl.part*"))
