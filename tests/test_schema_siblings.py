@@ -1,4 +1,4 @@
-"""Keywords beside anyOf / oneOf are a conjunction (issue 24; batchmask/schema/siblings.py).
+"""Keywords beside anyOf / oneOf, and allOf's branches, are a conjunction (issue 24; batchmask/schema/siblings.py).
 
 Each schema is compiled as written, siblings and all, and walked token by token against llguidance, which
 reads the schema as the specification does (the siblings where they stand); every finished value is validated
@@ -26,6 +26,11 @@ SCHEMAS = [
                                                                        "maximum": 9}},
      "required": ["k"], "anyOf": [{"required": ["n"]}, {"required": ["k"]}]},
     {"enum": ["x", "y", 1, None], "anyOf": [{"type": "string", "maxLength": 1}, {"type": "integer"}]},
+    # allOf: its branches and the keywords beside it as one schema
+    {"type": "string", "allOf": [{"maxLength": 5}, {"minLength": 2}]},
+    {"allOf": [{"type": "object", "properties": {"a": {"type": "boolean"}, "b": {"enum": [1, 2]}}},
+               {"required": ["a"]}]},
+    {"type": ["integer", "string"], "allOf": [{"type": "integer"}, {"minimum": 3, "maximum": 30}]},
     # a type beside a $ref whose target says it already (an object's: test_a_type_beside_a_ref_...)
     {"$defs": {"n": {"type": "integer", "minimum": -2, "maximum": 40}}, "type": ["number", "null"],
      "$ref": "#/$defs/n"},
@@ -81,3 +86,10 @@ def test_a_format_json_schema_does_not_define_is_an_annotation():
         jsonschema.validate("a/b", {**plain, "format": name}, format_checker=jsonschema.FormatChecker())
     with pytest.raises(SchemaError, match="format 'ipv6' is not supported"):
         schema_node({**plain, "format": "ipv6"})
+
+
+def test_all_of_branches_that_read_each_others_keywords_are_still_refused():
+    a = {"type": "object", "properties": {"a": {"type": "boolean"}}}
+    b = {"type": "object", "properties": {"b": {"type": "boolean"}}}
+    with pytest.raises(SchemaError, match="'allOf' is supported only with one branch"):
+        schema_node({"allOf": [a, b]})

@@ -45,7 +45,7 @@ from .json_values import (
     json_type,
 )
 from .nodes import alt, lit, node_accepts, seq
-from .siblings import merged_branches, redundant
+from .siblings import merged_all_of, merged_branches, redundant
 from .strings import char_node, must_escape
 from .types import TYPE_BUILDERS, any_node, bounds
 
@@ -107,6 +107,10 @@ def _build_new(schema, ptr: str, ctx: Ctx) -> Node:
                 moved = merged_branches(schema, combinator, others)
                 if moved is not None:
                     return _COMBINATORS[combinator](moved, ptr, ctx)
+            if combinator == "allOf" and (others or len(schema["allOf"]) > 1):    # one schema, where exact
+                merged = merged_all_of(schema, others)
+                if merged is not None:
+                    return _build(merged, ptr, ctx)
             if others and combinator == "$ref" and isinstance(schema["$ref"], str) and schema["$ref"].startswith("#") \
                     and redundant({k: schema[k] for k in others}, _resolve(schema["$ref"], jp(ptr, "$ref"), ctx)):
                 others = []                                     # the target says them already: the $ref alone

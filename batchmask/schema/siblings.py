@@ -100,3 +100,19 @@ def redundant(siblings: dict, target) -> bool:
         elif not json_equal(value, target[key]):
             return False
     return True
+
+
+def merged_all_of(schema: dict, siblings: list[str]) -> dict | bool | None:
+    """`allOf`'s branches and the keywords beside it as one schema (False: no value meets them all), or None
+    where that is not exact (the same rules as `merge`, branch after branch)."""
+    branches = schema["allOf"]
+    if not isinstance(branches, list) or not branches:
+        return None
+    out = {k: schema[k] for k in siblings}
+    for b in branches:
+        if isinstance(b, dict):
+            b = {k: v for k, v in b.items() if not is_annotation(k)}
+        out = merge(out, b) if out is not False else False
+        if out is None:
+            return None
+    return out
