@@ -252,3 +252,25 @@ def test_torchrun_writes_the_lines_one_process_writes(files, answered, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert [stable(x) for x in lines(out)] == [stable(x) for x in got]
     assert not list(tmp_path.glob("multi.jsonl.part*"))
+
+
+def test_a_request_past_the_context_is_answered_with_a_400_and_the_others_run(files, tmp_path):
+    d, _ = files
+    tasks = tmp_path / "long.jsonl"
+    tasks.write_text(json.dumps(req("short", "hi")) + "\n" + json.dumps(req("long", "word " * 1500)) + "\n"
+                     + json.dumps(req("ceiling", "hi", max_tokens=5000)) + "\n")
+    out = tmp_path / "o.jsonl"
+    assert run(files, out, tasks=tasks) == 0
+    got = {x["custom_id"]: x["response"] for x in lines(out)}
+    assert got["short"]["status_code"] == 200
+    assert got["long"]["status_code"] == 400 and got["long"]["body"]["error"]["param"] == "messages"
+    assert got["ceiling"]["status_code"] == 400 and got["ceiling"]["body"]["error"]["param"] == "max_tokens"
+
+
+def test_a_truncated_request_file_is_refused_not_read_as_text(files, tmp_path, capsys):
+    tasks = tmp_path / "cut.jsonl"
+    tasks.write_text(json.dumps(REQUESTS[0][0])[:60] + "\n")
+    assert run(files, tmp_path / "o.jsonl", tasks=tasks) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "line 1: starts like a JSON object but is not valid JSON" in err[0], err
+    assert not (tmp_path / "o.jsonl").exists()

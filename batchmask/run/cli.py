@@ -34,7 +34,7 @@ from .loading import (  # noqa: F401
     load_registry,
     resolve_model_paths,
 )
-from .openai_batch import BatchWriter, per_task
+from .openai_batch import BatchWriter, check_fit, per_task
 from .out_paths import check_not_an_input, check_output_file
 from .runfiles import TASK_FORMATS
 
@@ -88,7 +88,7 @@ def _generate(args, dist, taskfile, output) -> int:
         grammar_file.check_vocab(tokenizer)
     context = model.config.seq_len
     max_new = _max_new_tokens(args.max_new_tokens, context)
-    taskfile.check_limits(context, "the model's context (seq_len)")
+    check_fit(taskfile, plan, tokenizer, context, args.system)     # a Batch API request's: answered with a 400
     settings, info = run_file_fields(args, taskfile, tokenizer, device, dtype, max_new) \
         if output.out_path is not None and output.rank0 else (None, None)     # what --resume checks (fingerprint.py)
     requests = taskfile.requests                              # a Batch API file's (run/openai_batch.py), or []

@@ -103,6 +103,7 @@ def _body_fields(obj: dict, s: dict) -> dict:
         if type(n) is not int or n < 1:
             raise Refusal(limits[0], f"{limits[0]} must be a positive integer, got {json.dumps(n)[:40]}")
         fields["max_new_tokens"] = n
+        s["limit_field"] = limits[0]                   # the field a 400 for it names
     s["temperature"] = _number(body, "temperature", 0.0, 2.0)
     s["top_p"] = _number(body, "top_p", 0.0, 1.0)
     if s["top_p"] == 0.0:
@@ -234,6 +235,29 @@ def per_task(requests: list[dict], todo: list[int], temperature: float, top_p: f
                  requests[i]["top_p"] if requests[i]["top_p"] is not None else top_p) for i in todo]
     keys = [None if requests[i]["seed"] is None else task_seed(requests[i]["seed"], 0) for i in todo]
     return sampling, keys
+
+
+def check_fit(taskfile, plan, tokenizer, context: int, system: str | None) -> None:
+    """Each task's ceiling and prompt against the model's context, once it is loaded. A task file's task that
+    does not fit ends the run (TaskFile.check_limits; its prompt: generation.encode_prompts); a Batch API
+    request that does not fit is answered with status 400, and the others run."""
+    if not taskfile.requests:
+        taskfile.check_limits(context, "the model's context (seq_len)")
+        return
+    from .generation import encode_prompts
+    for i, req in enumerate(taskfile.requests):
+        if req["refused"]:
+            continue
+        limit = taskfile.limits[i]
+        if limit is not None and limit > context:
+            key = req.get("limit_field", "max_completion_tokens")
+            req["refused"] = (key, f"{key} {limit} is above the model's context ({context} tokens)")
+            continue
+        reg = plan.registries[plan.groups[i]]
+        n = len(encode_prompts([taskfile.task_input(i)], tokenizer, [reg], 1 << 62, system)[0])
+        if n >= context:
+            req["refused"] = ("messages", f"the prompt is {n} tokens, but the model's context is {context}: it "
+                                          "needs at least one position left for the reply")
 
 
 # --- a run's output -----------------------------------------------------------------------------------

@@ -183,6 +183,9 @@ def read_tasks(path: str, fmt: str = "auto") -> TaskFile:
             "bfcl" if bfcl.is_question(first) else "jsonl"
         if fmt == "text":
             _refuse_json_document(text, name)
+            if lines[0][1].lstrip().startswith('{"'):         # a JSON object's start, broken (a truncated file)
+                raise RunFileError(f"{name} line {lines[0][0]}: starts like a JSON object but is not valid JSON "
+                                   f"(truncated?); fix the line or pass --tasks-format text")
             # a JSONL file whose first line is broken must not silently become plain tasks
             for n, ln in lines[1:]:
                 obj = _json_object(ln)
