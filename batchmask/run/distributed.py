@@ -128,14 +128,12 @@ def agree(dist: Dist | None, fn):
     """fn() on every rank; if any rank fails, every rank raises the first rank's error (no rank is left waiting)."""
     if dist is None:
         return fn()
-    import torch.distributed as td
     result = error = None
     try:
         result = fn()
     except (ValueError, OSError, RuntimeError) as e:
         error = f"rank {dist.rank}: {e}"
-    errors = [None] * dist.world
-    td.all_gather_object(errors, error)
+    errors = gathered(dist, error)
     first = next((e for e in errors if e is not None), None)
     if first is not None:
         raise EveryRankError(first)
