@@ -1,7 +1,8 @@
 """The JSON Schema front end: a schema in, the grammar node tree of every JSON value it allows out.
 
 In: a JSON Schema (a dict or bool) and SchemaOptions. Out: a grammar node tree (batchmask.grammar), serialised
-compactly; or a SchemaError naming the keyword and the JSON pointer. Uses batchmask.grammar only.
+compactly; or a SchemaError naming the keyword and the JSON pointer. Uses batchmask.grammar and, to validate,
+the jsonschema library.
 
     build.py        the walk: $ref, anyOf/oneOf/allOf, enum/const; the entry `schema_node`, `canonical_schema`
     base.py         keyword sets (supported, refused, annotations), SchemaOptions (the caps), the walk's context
@@ -13,7 +14,8 @@ compactly; or a SchemaError naming the keyword and the JSON pointer. Uses batchm
     regex.py        the `pattern` subset
     json_values.py  JSON equality, literals, types, oneOf disjointness
     nodes.py        small node builders over batchmask.grammar, `lex_range`, `node_accepts`
-    validate.py     checks a value against a schema without the grammar (the free arm, parsed calls)
+    drafts.py       drafts 4-7 spellings -> 2020-12; batchmask's closed objects written as JSON Schema
+    validate.py     a value against a schema, by the jsonschema library (the free arm, parsed calls, lenient values)
 
 Public names: batchmask.schema.build.{schema_node, canonical_schema}, batchmask.schema.base.SchemaOptions,
 batchmask.errors.SchemaError (also `from batchmask import SchemaOptions, SchemaError`).
