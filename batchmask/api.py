@@ -18,6 +18,7 @@ import os
 from typing import TYPE_CHECKING
 
 from . import checks
+from .schema.base import collect
 from .tools.choice import reply_key, reply_node
 from .tools.envelope import get_envelope, is_typed, registry_key, registry_node
 from .tools.registry import RegistryError, ToolRegistry
@@ -99,9 +100,10 @@ def compile_grammar(registry: ToolRegistry, tokenizer: BaseTokenizer, *, format:
     from .compiler import compiled as compiler
     if uses_seed_path(registry, format):
         return _seed_path(compiler)(registry, tokenizer, max_string=max_string, utf8=utf8, device=device)
-    node = call_node(registry, format, max_string, options)
+    with collect() as relaxed:
+        node = call_node(registry, format, max_string, options)
     key = call_grammar_key(registry, format, max_string, utf8, options)
-    return compiler.compile_node(node, tokenizer, utf8=utf8, key=key, device=device)
+    return noted(compiler.compile_node(node, tokenizer, utf8=utf8, key=key, device=device), relaxed)
 
 
 def _check_tokenizer(where: str, tokenizer) -> None:
@@ -132,8 +134,10 @@ def compile_json_schema(schema: dict | bool | str, tokenizer: BaseTokenizer, *, 
     from .compiler import compiled as compiler
     from .schema.build import SchemaOptions, schema_node
     opts = options if options is not None else SchemaOptions()
-    node = schema_node(schema, opts, separators=(",", ":"), where="<schema>")
-    return compiler.compile_node(node, tokenizer, utf8=True, key=schema_grammar_key(schema, opts), device=device)
+    with collect() as relaxed:
+        node = schema_node(schema, opts, separators=(",", ":"), where="<schema>")
+    return noted(compiler.compile_node(node, tokenizer, utf8=True, key=schema_grammar_key(schema, opts),
+                                       device=device), relaxed)
 
 
 def compile_grammars(items: list, tokenizer: BaseTokenizer, *, format: str = "seed", max_string: int = 256,
@@ -154,7 +158,8 @@ def compile_grammars(items: list, tokenizer: BaseTokenizer, *, format: str = "se
         if not isinstance(item, ToolRegistry) and not hasattr(item, "grammar_node"):
             raise RegistryError(f"compile_grammars: item {i} is a {type(item).__name__}, not a ToolRegistry "
                                 f"(or a batchmask.run.schema_task.SchemaTask)")
-    nodes = [item_node(item, format, max_string, utf8, options) for item in items]
+    with collect() as relaxed:
+        nodes = [item_node(item, format, max_string, utf8, options) for item in items]
     keys = [item_key(item, format, max_string, utf8, options) for item in items]
     from .compiler import compiled as compiler
     if len(items) == 1:
@@ -163,7 +168,14 @@ def compile_grammars(items: list, tokenizer: BaseTokenizer, *, format: str = "se
             return compile_grammar(item, tokenizer, format=format, max_string=max_string, utf8=utf8,
                                    options=options, device=device)
         return item.compile(tokenizer, device)
-    return compiler.compile_node(nodes, tokenizer, utf8=utf8, key=grammars_key(keys), device=device)
+    return noted(compiler.compile_node(nodes, tokenizer, utf8=utf8, key=grammars_key(keys), device=device), relaxed)
+
+
+def noted(grammar: CompiledGrammar, relaxed: list) -> CompiledGrammar:
+    """`grammar` with the lenient relaxations of its schemas in its meta (kept in its cache file):
+    `grammar.relaxations`, one dict each (where, pointer, keyword, kind, effect), in the order met."""
+    grammar.meta["relaxations"] = [r.to_json() for r in dict.fromkeys(relaxed)]
+    return grammar
 
 
 def grammars_key(keys: list) -> dict:

@@ -23,7 +23,7 @@ from batchmask import compile_json_schema
 from batchmask.run import cli
 from batchmask.run.cli import main
 from batchmask.schema.base import ITEMS_CEILING, LENGTH_CEILING
-from batchmask.schema.build import SchemaError
+from batchmask.schema.build import SchemaError, SchemaOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -154,7 +154,10 @@ def test_huge_max_items_and_repeats(default_tok):
     with pytest.raises(SchemaError, match=r"at least 100000 characters"):
         compile_json_schema({"type": "string", "pattern": "^a{100000}$"}, default_tok)
     with pytest.raises(SchemaError, match=r"must start a quantifier"):   # int('²') raised a bare ValueError
-        compile_json_schema({"type": "string", "pattern": "^a{²}$"}, default_tok)
+        compile_json_schema({"type": "string", "pattern": "^a{²}$"}, default_tok,
+                            options=SchemaOptions(mode="strict"))
+    assert compile_json_schema({"type": "string", "pattern": "^a{²}$"}, default_tok).relaxations[0]["keyword"] == \
+        "pattern"                                        # lenient: any string, said
 
 
 # --- tokenizer.json ids far past its tokens -----------------------------------------------------

@@ -163,9 +163,9 @@ BYTES = SimpleNamespace(token_bytes=[b"", b"", b""] + [bytes([b]) for b in range
     ({"type": "integer", "multipleOf": 3}, "#/multipleOf"),
 ])
 def test_compile_json_schema_refuses_bad_schemas(schema, match):
-    from batchmask import compile_json_schema
+    from batchmask import SchemaOptions, compile_json_schema
     with pytest.raises(ValueError, match=match):
-        compile_json_schema(schema, BYTES)
+        compile_json_schema(schema, BYTES, options=SchemaOptions(mode="strict"))
 
 
 def test_compile_grammar_refuses_an_unknown_format_and_a_non_registry():

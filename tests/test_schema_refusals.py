@@ -1,15 +1,18 @@
-"""Every keyword outside the subset is refused with one error naming the tool and the JSON pointer;
-annotations are ignored; the registry reads OpenAI, MCP and Anthropic tool lists and keeps each entry."""
+"""Every keyword outside the subset is refused in strict mode with one error naming the tool and the JSON pointer;
+lenient mode (the default) compiles the ones RELAXED names and reports each; a schema that is wrong is refused in
+both; annotations are ignored; the registry reads OpenAI, MCP and Anthropic tool lists and keeps each entry."""
 import json
 import re
+import warnings
 
 import pytest
 
-from batchmask.schema.base import SUPPORTED
+from batchmask.schema.base import NARROWED, SUPERSET, SUPPORTED
 from batchmask.schema.build import ANNOTATIONS, SchemaError, SchemaOptions, schema_node
 from batchmask.tools.registry import RegistryError, ToolRegistry
 
 S = {"type": "string", "maxLength": 4}
+STRICT = SchemaOptions(mode="strict")
 REFUSED = [   # (schema of the property "p", pointer under #/properties/p, what the message says)
     ({"type": "string", "format": "idn-email"}, "/format", "format 'idn-email' is not supported"),
     ({"type": "string", "format": "uri", "maxLength": 20}, "/maxLength", "format 'uri' cannot be written within"),
@@ -25,7 +28,6 @@ REFUSED = [   # (schema of the property "p", pointer under #/properties/p, what 
     ({"type": "string", "pattern": "^[a-z]+[0-9]+$", "maxLength": 5}, "/maxLength", "matches 2..10 characters"),
     ({"type": "string", "format": "date", "pattern": "^2"}, "/pattern", "together with 'format'"),
     ({"type": "string", "format": "date", "maxLength": 8}, "/maxLength", "format 'date' matches 10..10"),
-    ({"type": "string", "contentEncoding": "base64"}, "/contentEncoding", "'contentEncoding' is not supported"),
     ({"type": "integer", "multipleOf": 5}, "/multipleOf", "'multipleOf' is not supported"),
     ({"type": "integer", "minimum": "1"}, "/minimum", "must be a number"),
     ({"type": "number", "maximum": True}, "/maximum", "must be a number"),
@@ -44,14 +46,14 @@ REFUSED = [   # (schema of the property "p", pointer under #/properties/p, what 
     ({"type": "array", "items": S, "uniqueItems": True}, "/uniqueItems", "'uniqueItems': true"),
     ({"type": "array", "items": S, "contains": S}, "/contains", "'contains' is not supported"),
     ({"type": "array", "items": S, "unevaluatedItems": False}, "/unevaluatedItems", "not supported"),
-    ({"type": "array", "items": [S], "additionalItems": S}, "/additionalItems", "as a schema"),
     ({"type": ["string", "strin"]}, "/type/1", "unknown type 'strin'"),
     ({"type": ["string", "string"]}, "/type", "lists a type twice"),
     ({"oneOf": [{"type": "integer"}, {"type": "number"}]}, "/oneOf/1", "branches 0 and 1 may both match"),
     ({"oneOf": [{"enum": ["a", 1]}, {"type": "integer"}]}, "/oneOf/1", "both admit 1"),
     ({"oneOf": [{"type": "string"}, {"maxLength": 3}]}, "/oneOf/1", "no 'type', enum or const"),
-    ({"allOf": [S, {"maxLength": 3}]}, "/allOf", "only with one branch"),
-    ({"anyOf": [S], "maxLength": 2}, "/maxLength", "'maxLength' beside 'anyOf'"),     # a second maxLength: no merge
+    ({"allOf": [S, {"type": "string", "pattern": "^a"}, {"type": "string", "pattern": "b$"}]}, "/allOf/2",
+     "cannot be merged"),
+    ({"anyOf": [{"type": "string", "pattern": "^a"}], "pattern": "b$"}, "/pattern", "'pattern' beside 'anyOf'"),
     ({"$ref": "#/$defs/missing"}, "/$ref", "points at nothing"),
     ({"$ref": "other.json#/a"}, "/$ref", "only local $refs"),
     ({"$dynamicRef": "#x"}, "/$dynamicRef", "not supported"),
@@ -77,23 +79,68 @@ def tool_file(tmp_path, prop_schema, name="t"):
 def test_refused_keyword_names_tool_and_pointer(tmp_path, schema, pointer, says):
     p = tool_file(tmp_path, schema, name="search")
     with pytest.raises(SchemaError) as e:
-        ToolRegistry.from_json(p)
+        ToolRegistry.from_json(p, options=STRICT)
     msg = str(e.value)
     assert msg.startswith(f"{p}: tool 'search' parameters: #/properties/p{pointer}: "), msg
     assert says in msg and "\n" not in msg
     assert isinstance(e.value, RegistryError)
 
 
+# Refused in both modes: the schema is wrong (lenient mode relaxes what cannot be written, not mistakes).
+WRONG = ("must be a number", "is not among", "unknown type", "lists a type twice", "points at nothing",
+         "non-empty list", "not a JSON number", "non-negative integer", "an enum/const array beside")
+
+
+def lenient_report(schema: dict, pointer: str, says: str) -> tuple[str | None, str]:
+    """(the RELAXED keyword lenient mode reports for a REFUSED case, at which pointer); None where both refuse."""
+    if any(w in says for w in WRONG):
+        return None, pointer
+    if "beside" in says:
+        return "siblings", pointer
+    head = pointer.split("/")[1]
+    if head in ("maxLength", "minLength"):          # a pattern or format that does not fit the lengths: not written
+        head = "pattern" if "pattern" in schema else "format"
+        return head, "/" + head
+    return head, pointer
+
+
+LENIENT = [(s, *lenient_report(s, p, says)[::-1]) for s, p, says in REFUSED]
+
+
+@pytest.mark.parametrize("schema,pointer,keyword", LENIENT, ids=lambda x: json.dumps(x)[:50]
+                         if isinstance(x, dict) else None)
+def test_lenient_mode_compiles_what_strict_refuses_and_reports_it(schema, pointer, keyword):
+    """Lenient (the default) compiles every case above that strict refuses for a keyword RELAXED names, reporting
+    that keyword at that pointer, once; a schema that is wrong (a bad type name, a pointer at nothing, a
+    non-number bound) is refused in both modes."""
+    from batchmask.schema.base import collect
+    root = {"type": "object", "properties": {"p": schema}, "required": ["p"]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with collect() as got:
+            if keyword is None:
+                with pytest.raises(SchemaError):
+                    schema_node(root, where="t")
+                return
+            schema_node(root, where="t")
+    assert (keyword, f"#/properties/p{pointer}") in {(r.keyword, r.ptr) for r in got}, got
+    for r in got:
+        assert r.kind in (SUPERSET, NARROWED) and r.effect and r.where == "t"
+        assert "lenient mode; strict refuses it" in r.line()
+
+
 def test_every_refused_keyword_is_neither_supported_nor_an_annotation():
     # keywords of JSON Schema 2020-12 (and older drafts) that the subset refuses: each has a case above
     refused = {"multipleOf", "not", "if", "then", "else", "minProperties", "maxProperties", "patternProperties",
                "dependentRequired", "dependentSchemas", "propertyNames", "contains", "minContains", "maxContains",
-               "unevaluatedItems", "contentEncoding", "contentMediaType", "contentSchema", "$dynamicRef",
-               "$dynamicAnchor", "$anchor", "$vocabulary", "dependencies", "$recursiveRef"}
+               "unevaluatedItems", "$dynamicRef", "dependencies", "$recursiveRef"}
     assert not refused & (SUPPORTED | ANNOTATIONS)
     for kw in refused:
-        with pytest.raises(SchemaError, match=re.escape(f"#/{kw}: keyword {kw!r} is not supported")):
-            schema_node({"type": "string", kw: 1})
+        with pytest.raises(SchemaError, match=re.escape(f"#/{kw}: keyword {kw!r} is not supported (strict mode")):
+            schema_node({"type": "string", kw: 1}, STRICT)
+    # draft 2020-12's content keywords are annotations (not asserted), and anchors name subschemas
+    for kw in ("contentEncoding", "contentMediaType", "contentSchema", "$anchor", "$dynamicAnchor", "$vocabulary"):
+        assert schema_node({"type": "string", kw: "x"}, STRICT) == schema_node({"type": "string"}, STRICT)
 
 
 def test_unsatisfiable_schemas_say_so():
@@ -269,4 +316,5 @@ def test_keywords_json_schema_does_not_define_are_annotations():
     for value in ({"a": "xyz", "b": 3}, {"a": "", "b": None}):
         jsonschema.validate(value, noisy)
     with pytest.raises(SchemaError, match=re.escape("#/properties/a/not: keyword 'not' is not supported")):
-        schema_node({**bare, "properties": {**bare["properties"], "a": {"type": "string", "not": {"const": "x"}}}})
+        schema_node({**bare, "properties": {**bare["properties"], "a": {"type": "string", "not": {"const": "x"}}}},
+                    STRICT)

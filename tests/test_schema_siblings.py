@@ -16,6 +16,8 @@ from batchmask.schema.base import SchemaError
 from batchmask.schema.build import SchemaOptions, schema_node
 from batchmask.schema.siblings import meet_types
 
+STRICT = SchemaOptions(mode="strict")
+
 SCHEMAS = [
     {"type": "string", "anyOf": [{"maxLength": 3}, {"pattern": "^[0-9]{2,5}$", "maxLength": 5}]},
     {"type": ["integer", "null"], "oneOf": [{"type": "integer", "minimum": 0, "maximum": 5}, {"type": "null"}]},
@@ -43,13 +45,20 @@ def test_siblings_beside_a_union_match_llguidance_and_validate(schema):
     walks_agree(schema, options, seed=7, max_finish=6)
 
 
-def test_siblings_that_read_a_branchs_keywords_are_still_refused():
-    schema = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 1}},
-              "anyOf": [{"properties": {"b": {"type": "boolean"}}}, {"required": ["a"]}]}
-    with pytest.raises(SchemaError, match=re.escape("beside 'anyOf' is not supported")):
-        schema_node(schema)
-    with pytest.raises(SchemaError, match=re.escape("'minLength' beside 'anyOf'")):
-        schema_node({"minLength": 2, "anyOf": [{"type": "string", "minLength": 1, "maxLength": 3}]})
+def test_siblings_that_read_a_branchs_keywords_merge_where_exact():
+    """`properties` beside a branch's own `properties` join (neither side says which other keys it admits, so each
+    is open and a value meets both); a second minLength takes the tighter. A second `pattern` cannot be one
+    schema: strict refuses it, naming it."""
+    a = {"type": "integer", "minimum": 0, "maximum": 1}
+    schema = {"type": "object", "properties": {"a": a}, "anyOf": [{"properties": {"b": {"type": "boolean"}}},
+                                                                  {"required": ["a"]}]}
+    flat = {"anyOf": [{"type": "object", "properties": {"a": a, "b": {"type": "boolean"}}},
+                      {"type": "object", "properties": {"a": a}, "required": ["a"]}]}
+    assert schema_node(schema, STRICT) == schema_node(flat, STRICT)
+    assert schema_node({"minLength": 2, "anyOf": [{"type": "string", "minLength": 1, "maxLength": 3}]}, STRICT) == \
+        schema_node({"type": "string", "minLength": 2, "maxLength": 3}, STRICT)
+    with pytest.raises(SchemaError, match=re.escape("'pattern' beside 'anyOf'")):
+        schema_node({"pattern": "a", "anyOf": [{"type": "string", "pattern": "b"}]}, STRICT)
 
 
 def test_types_meet_as_json_schema_reads_them():
@@ -68,12 +77,18 @@ def test_a_type_beside_a_ref_to_an_object_schema_is_the_ref_alone():
         schema_node({"$defs": defs, "$ref": "#/$defs/o"})
 
 
-def test_a_type_beside_a_ref_that_says_more_is_still_refused():
-    defs = {"n": {"type": "integer", "minimum": 0, "maximum": 4}, "s": {"maxLength": 3}}
-    for sib, ref in (({"type": "string"}, "#/$defs/n"), ({"type": "string"}, "#/$defs/s"),
-                     ({"maxLength": 2}, "#/$defs/n")):
-        with pytest.raises(SchemaError, match="beside '\\$ref' is not supported"):
-            schema_node({"$defs": defs, "$ref": ref, **sib})
+def test_keywords_beside_a_ref_are_merged_with_its_target():
+    """Draft 2020-12: a $ref and its siblings are a conjunction. The target and the siblings merge into one schema
+    (a type that meets nothing is no value at all); what cannot merge (a second pattern) strict mode refuses."""
+    defs = {"n": {"type": "integer", "minimum": 0, "maximum": 4}, "s": {"maxLength": 3}, "p": {"pattern": "^a"}}
+    assert schema_node({"$defs": defs, "$ref": "#/$defs/s", "type": "string"}, STRICT) == \
+        schema_node({"type": "string", "maxLength": 3}, STRICT)
+    assert schema_node({"$defs": defs, "$ref": "#/$defs/n", "maxLength": 2}, STRICT) == \
+        schema_node(defs["n"], STRICT)                   # maxLength says nothing of an integer
+    with pytest.raises(SchemaError, match="no value satisfies the schema: no value meets both"):
+        schema_node({"$defs": defs, "$ref": "#/$defs/n", "type": "string"}, STRICT)
+    with pytest.raises(SchemaError, match="beside '\\$ref' is not supported"):
+        schema_node({"$defs": defs, "$ref": "#/$defs/p", "type": "string", "pattern": "b"}, STRICT)
 
 
 def test_a_format_json_schema_does_not_define_is_an_annotation():
@@ -85,11 +100,13 @@ def test_a_format_json_schema_does_not_define_is_an_annotation():
         assert schema_node({**plain, "format": name}) == schema_node(plain)
         jsonschema.validate("a/b", {**plain, "format": name}, format_checker=jsonschema.FormatChecker())
     with pytest.raises(SchemaError, match="format 'ipv6' is not supported"):
-        schema_node({**plain, "format": "ipv6"})
+        schema_node({**plain, "format": "ipv6"}, STRICT)
 
 
-def test_all_of_branches_that_read_each_others_keywords_are_still_refused():
+def test_all_of_objects_join_their_properties_unless_one_closes_itself():
     a = {"type": "object", "properties": {"a": {"type": "boolean"}}}
     b = {"type": "object", "properties": {"b": {"type": "boolean"}}}
-    with pytest.raises(SchemaError, match="'allOf' is supported only with one branch"):
-        schema_node({"allOf": [a, b]})
+    assert schema_node({"allOf": [a, b]}, STRICT) == \
+        schema_node({"type": "object", "properties": {"a": {"type": "boolean"}, "b": {"type": "boolean"}}}, STRICT)
+    with pytest.raises(SchemaError, match="allOf branch 1 cannot be merged"):   # a's additionalProperties reads b
+        schema_node({"allOf": [{**a, "additionalProperties": False}, b]}, STRICT)

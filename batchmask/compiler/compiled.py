@@ -205,6 +205,12 @@ class CompiledGrammar:
         self._class_next = None
 
     @property
+    def relaxations(self) -> list[dict]:
+        """What lenient mode did not write exactly in this grammar's schemas (batchmask.schema.base.RELAXED): one
+        dict per keyword and place (where, pointer, keyword, kind "superset"/"narrowed", effect); [] if none."""
+        return list(self.meta.get("relaxations", []))
+
+    @property
     def dfa(self) -> Automaton:
         return self.automaton
 

@@ -1,7 +1,11 @@
 """Shared pieces of the schema front-end: keyword sets, options, errors, the walk's context."""
 from __future__ import annotations
 
+import threading
+import warnings
 from collections.abc import Callable
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from ..errors import SchemaError
@@ -19,13 +23,45 @@ GENERAL = {"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$defs", 
 CONTAINERS = {"$defs", "definitions"}
 SUPPORTED = GENERAL.union(*KEYWORDS.values())
 # Keywords of JSON Schema (2020-12, and drafts 4-7 as real files spell them) that assert something the subset
-# cannot write exactly: refused, naming the keyword and its pointer.
+# cannot write exactly. strict mode refuses them, naming the keyword and its pointer; lenient mode (the default)
+# compiles without them where RELAXED says how, reports each (Relaxation), and finished values are validated.
 REFUSED = frozenset({"multipleOf", "not", "if", "then", "else", "minProperties", "maxProperties", "patternProperties",
                      "dependentRequired", "dependentSchemas", "propertyNames", "contains", "minContains",
-                     "maxContains", "unevaluatedItems", "contentEncoding", "contentMediaType", "contentSchema",
-                     "$dynamicRef", "$dynamicAnchor", "$anchor", "$vocabulary", "dependencies", "$recursiveRef",
-                     "$recursiveAnchor",
+                     "maxContains", "unevaluatedItems", "$dynamicRef", "dependencies", "$recursiveRef",
                      "nullable"})      # OpenAPI 3.0's "or null", which tool schemas written for it carry
+# What lenient mode writes instead of each keyword it cannot write exactly ("superset": values the keyword
+# would refuse can come out, and validation reports them; otherwise the language only narrows).
+SUPERSET, NARROWED = "superset", "narrowed"
+RELAXED = {
+    "multipleOf": (SUPERSET, "ignored: any number the other keywords allow"),
+    "not": (SUPERSET, "ignored: the value is not kept out of the 'not' schema"),
+    "if": (SUPERSET, "ignored with 'then'/'else': neither branch is enforced"),
+    "then": (SUPERSET, "ignored with 'if'"),
+    "else": (SUPERSET, "ignored with 'if'"),
+    "minProperties": (SUPERSET, "ignored: fewer properties can be written"),
+    "maxProperties": (SUPERSET, "ignored: more properties can be written"),
+    "patternProperties": (NARROWED, "keys only it allows are not written (closed objects)"),
+    "dependentRequired": (SUPERSET, "ignored: a property can be written without the ones it depends on"),
+    "dependentSchemas": (SUPERSET, "ignored: a property's dependent schema is not enforced"),
+    "dependencies": (SUPERSET, "ignored: a property can be written without what it depends on"),
+    "propertyNames": (SUPERSET, "ignored: keys are not checked against it"),
+    "contains": (SUPERSET, "ignored with minContains/maxContains: no item is required to match"),
+    "minContains": (SUPERSET, "ignored with 'contains'"),
+    "maxContains": (SUPERSET, "ignored with 'contains'"),
+    "unevaluatedItems": (SUPERSET, "ignored"),
+    "$dynamicRef": (SUPERSET, "written as any JSON value"),
+    "$recursiveRef": (SUPERSET, "written as any JSON value"),
+    "nullable": (NARROWED, "read as JSON Schema reads it, an annotation: null is not written unless 'type' allows it"),
+    "uniqueItems": (SUPERSET, "items are not kept distinct"),
+    "oneOf": (SUPERSET, "branches that may overlap are written as anyOf: a value matching two is not refused"),
+    "allOf": (SUPERSET, "a branch that cannot be merged with the others is left out"),
+    "siblings": (SUPERSET, "keywords beside $ref/anyOf/oneOf that cannot be merged in are left out"),
+    "pattern": (SUPERSET, "not written: any string of the allowed length"),
+    "format": (SUPERSET, "not written: any string of the allowed length"),
+    "unevaluatedProperties": (NARROWED, "only declared properties are written (closed objects)"),
+    "$ref": (SUPERSET, "a reference outside the document is written as any JSON value"),
+}
+MODES = ("lenient", "strict")
 
 
 def is_annotation(keyword: str) -> bool:
@@ -59,6 +95,10 @@ class SchemaOptions:
     repeat_cap          repetitions of *, + and {m,} in a pattern (maxLength when given)      16
     any_depth           arrays and maps nested inside a value of any type (a schema `true`,
                         `{}` or without a type; an array without items): 0 scalars only       1
+    mode                what a keyword the automaton cannot write exactly does (RELAXED):   "lenient"
+                        "strict" refuses the schema, naming the keyword and its pointer;
+                        "lenient" compiles without it, reports it (Relaxation) and the run
+                        validates each finished value against the schema (jsonschema)
     """
     max_string_length: int = 256
     int_digits: int = 15
@@ -69,8 +109,11 @@ class SchemaOptions:
     ref_depth: int = 3
     repeat_cap: int = 16
     any_depth: int = 1
+    mode: str = "lenient"
 
     def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"SchemaOptions.mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         for name, low in (("max_string_length", 0), ("int_digits", 1), ("fraction_digits", 0),
                           ("exponent_digits", 0), ("max_items", 0), ("max_depth", 1), ("ref_depth", 1),
                           ("repeat_cap", 1), ("any_depth", 0)):
@@ -103,9 +146,40 @@ class Ctx:
     build: Callable             # build(schema, pointer, ctx) -> Node: the walk itself
     refs: tuple = ()            # the $refs being expanded, outermost first
     depth: int = 0              # arrays/objects entered
+    relaxed: list = None        # Relaxations of this walk (lenient mode), shared by every context it makes
 
     def fail(self, ptr: str, message: str):
         raise SchemaError(f"{self.where}: {ptr}: {message}")
+
+    def relax(self, ptr: str, keyword: str, why: str | None = None) -> None:
+        """Lenient mode: note that `keyword` at `ptr` is written as RELAXED says. strict mode: refuse it (`why`,
+        or that the keyword is not supported)."""
+        message = why or f"keyword {keyword!r} is not supported"
+        if keyword not in RELAXED:
+            self.fail(ptr, message)
+        kind, effect = RELAXED[keyword]
+        if self.options.mode == "strict":
+            self.fail(ptr, f"{message} (strict mode; lenient mode compiles it: {keyword!r} {effect})")
+        self.relaxed.append(Relaxation(self.where, ptr, keyword, kind, effect, why))
+
+
+@dataclass(frozen=True)
+class Relaxation:
+    """One keyword lenient mode did not write exactly: where (the tool), the JSON pointer, the keyword, whether the
+    language is a superset (validation reports values outside the schema) or only narrowed, and how."""
+    where: str
+    ptr: str
+    keyword: str
+    kind: str                   # SUPERSET or NARROWED
+    effect: str
+    why: str | None = None      # what strict mode would have said
+
+    def line(self) -> str:
+        return f"{self.where}: {self.ptr}: {self.keyword!r} {self.effect} (lenient mode; strict refuses it)"
+
+    def to_json(self) -> dict:
+        return {"where": self.where, "pointer": self.ptr, "keyword": self.keyword, "kind": self.kind,
+                "effect": self.effect}
 
 
 def count(schema: dict, key: str, at: str, ctx: Ctx) -> int | None:
@@ -119,3 +193,38 @@ def count(schema: dict, key: str, at: str, ctx: Ctx) -> int | None:
     return v
 
 
+
+
+# --- relaxations reported ------------------------------------------------------------------------------------
+class LenientWarning(UserWarning):
+    """A schema keyword compiled leniently (batchmask.schema.base.RELAXED): said once per keyword per process."""
+
+
+_COLLECTING: ContextVar[list | None] = ContextVar("batchmask_relaxations", default=None)
+_WARNED: set = set()
+_WARNED_LOCK = threading.Lock()
+
+
+@contextmanager
+def collect():
+    """Gather the Relaxations of every schema compiled inside the block (a grammar's tools): `with collect() as
+    got`. The compile entry points (batchmask/api.py) keep them in the grammar's meta."""
+    got: list = []
+    token = _COLLECTING.set(got)
+    try:
+        yield got
+    finally:
+        _COLLECTING.reset(token)
+
+
+def report(relaxed: list) -> None:
+    """Hand a schema's Relaxations to the collector in force, and warn once per keyword not warned of before."""
+    sink = _COLLECTING.get()
+    if sink is not None:
+        sink.extend(relaxed)
+    for r in relaxed:
+        with _WARNED_LOCK:
+            if r.keyword in _WARNED:
+                continue
+            _WARNED.add(r.keyword)
+        warnings.warn(LenientWarning(r.line()), stacklevel=4)

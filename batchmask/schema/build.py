@@ -32,6 +32,7 @@ from .base import (
     SchemaError,
     SchemaOptions,
     is_annotation,
+    report,
 )
 from .base import ptr as jp
 from .json_values import (
@@ -45,7 +46,8 @@ from .json_values import (
     json_type,
 )
 from .nodes import alt, lit, node_accepts, seq
-from .siblings import merged_all_of, merged_branches, redundant
+from .refs import inline_refs, ref_node, ref_with_siblings, resolve
+from .siblings import all_of_relaxed, merged_all_of, merged_branches
 from .strings import char_node, must_escape
 from .types import TYPE_BUILDERS, any_node, bounds
 
@@ -61,11 +63,16 @@ def _build(schema, ptr: str, ctx: Ctx) -> Node:
             got = _BUILT.get(key)
             if got is not None:
                 _BUILT.move_to_end(key)
-                return got
+        if got is not None:                               # its relaxations again, at this place
+            node, relaxed = got
+            ctx.relaxed.extend(replace(r, where=ctx.where, ptr=ptr + r.ptr) for r in relaxed)
+            return node
+    before = len(ctx.relaxed)
     node = _build_new(schema, ptr, ctx)
     if key is not None:
+        relaxed = tuple(replace(r, ptr=r.ptr[len(ptr):]) for r in ctx.relaxed[before:] if r.ptr.startswith(ptr))
         with _BUILT_LOCK:
-            _BUILT[key] = node
+            _BUILT[key] = node, relaxed
             while len(_BUILT) > BUILT_KEPT:
                 _BUILT.popitem(last=False)
     return node
@@ -96,9 +103,7 @@ def _build_new(schema, ptr: str, ctx: Ctx) -> Node:
         raise Empty(ptr, "the schema false admits no value")
     if not isinstance(schema, dict):
         ctx.fail(ptr, f"a schema must be an object or a boolean, got {type(schema).__name__}")
-    for k in schema:
-        if k in REFUSED:
-            ctx.fail(jp(ptr, k), f"keyword {k!r} is not supported")
+    schema = _without_relaxed(schema, ptr, ctx)
     assertions = [k for k in schema if k in SUPPORTED and k not in CONTAINERS]
     for combinator in ("$ref", "anyOf", "oneOf", "allOf"):
         if combinator in schema:
@@ -108,15 +113,17 @@ def _build_new(schema, ptr: str, ctx: Ctx) -> Node:
                 if moved is not None:
                     return _COMBINATORS[combinator](moved, ptr, ctx)
             if combinator == "allOf" and (others or len(schema["allOf"]) > 1):    # one schema, where exact
+                schema, ctx = inline_refs(schema, ptr, ctx)
                 merged = merged_all_of(schema, others)
                 if merged is not None:
                     return _build(merged, ptr, ctx)
-            if others and combinator == "$ref" and isinstance(schema["$ref"], str) and schema["$ref"].startswith("#") \
-                    and redundant({k: schema[k] for k in others}, _resolve(schema["$ref"], jp(ptr, "$ref"), ctx)):
-                others = []                                     # the target says them already: the $ref alone
+                return _build(all_of_relaxed(schema, others, ptr, ctx), ptr, ctx)
+            if others and combinator == "$ref":
+                return ref_with_siblings(schema, others, ptr, ctx)
             if others:
-                ctx.fail(jp(ptr, others[0]), f"{others[0]!r} beside {combinator!r} is not supported "
-                                                "(move it into the referenced schema or each branch)")
+                ctx.relax(jp(ptr, others[0]), "siblings", f"{others[0]!r} beside {combinator!r} is not supported "
+                                                          "(move it into the referenced schema or each branch)")
+                schema = {k: v for k, v in schema.items() if k not in others}
             return _COMBINATORS[combinator](schema, ptr, ctx)
     if "enum" in schema or "const" in schema:
         return _literals(schema, ptr, ctx)
@@ -135,6 +142,16 @@ def alt_or_empty(options, ptr: str, message: str) -> Node:
     if not nodes:
         raise first_empty or Empty(ptr, message)
     return alt(*nodes)
+
+
+def _without_relaxed(schema: dict, ptr: str, ctx: Ctx) -> dict:
+    """`schema` without the keywords it holds of REFUSED (lenient mode: each noted; strict: refused)."""
+    found = [k for k in schema if k in REFUSED]
+    if not found:
+        return schema
+    for k in found:
+        ctx.relax(jp(ptr, k), k)
+    return {k: v for k, v in schema.items() if k not in found}
 
 
 def _types(schema: dict, ptr: str, ctx: Ctx) -> list[str]:
@@ -233,35 +250,6 @@ def _satisfies(rest: dict, value, ptr: str, ctx: Ctx, nodes: dict) -> bool:
                                                                          ctx.key_sep.decode())))
 
 
-def _ref(schema: dict, ptr: str, ctx: Ctx) -> Node:
-    ref = schema["$ref"]
-    rptr = jp(ptr, "$ref")
-    target = _resolve(ref, rptr, ctx)
-    if ctx.refs.count(ref) >= ctx.options.ref_depth:
-        raise Empty(rptr, f"recursive $ref {ref!r} unrolled ref_depth={ctx.options.ref_depth} times "
-                           "without reaching a value that does not recurse")
-    return _build(target, ref if ref.startswith("#") else "#" + ref, replace(ctx, refs=ctx.refs + (ref,)))
-
-
-def _resolve(ref, rptr: str, ctx: Ctx):
-    if not isinstance(ref, str) or not ref.startswith("#"):
-        ctx.fail(rptr, f"only local $refs (#/...) are supported, got {ref!r}")
-    node = ctx.root
-    if ref in ("#", "#/"):
-        return node
-    if not ref.startswith("#/"):
-        ctx.fail(rptr, f"$ref {ref!r}: only JSON pointers (#/...) are supported, not anchors")
-    for raw in ref[2:].split("/"):
-        token = raw.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and token in node:
-            node = node[token]
-        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-            node = node[int(token)]
-        else:
-            ctx.fail(rptr, f"$ref {ref!r} points at nothing")
-    return node
-
-
 def _branches(schema: dict, key: str, ptr: str, ctx: Ctx) -> list:
     branches = schema[key]
     if not isinstance(branches, list) or not branches:
@@ -277,22 +265,33 @@ def _any_of(schema: dict, ptr: str, ctx: Ctx) -> Node:
 
 def _one_of(schema: dict, ptr: str, ctx: Ctx) -> Node:
     branches = _branches(schema, "oneOf", ptr, ctx)
-    check_disjoint(branches, jp(ptr, "oneOf"), ctx.fail, lambda ref: _resolve(ref, jp(ptr, "oneOf"), ctx))
+
+    def overlap(where: str, message: str):
+        ctx.relax(where, "oneOf", message)
+        raise _Overlap
+
+    try:
+        check_disjoint(branches, jp(ptr, "oneOf"), overlap, lambda ref: resolve(ref, jp(ptr, "oneOf"), ctx))
+    except _Overlap:
+        pass                                              # lenient: written as anyOf (noted by ctx.relax)
     return alt_or_empty([(i, lambda i=i, b=b: _build(b, jp(ptr, "oneOf", i), ctx)) for i, b in enumerate(branches)],
                         jp(ptr, "oneOf"), "no branch of oneOf admits a value")
+
+
+class _Overlap(Exception):
+    """oneOf branches that may overlap, in lenient mode: stop checking, write them as anyOf."""
 
 
 def _all_of(schema: dict, ptr: str, ctx: Ctx) -> Node:
     branches = _branches(schema, "allOf", ptr, ctx)
     real = [i for i, b in enumerate(branches)
             if not (isinstance(b, dict) and all(is_annotation(k) for k in b)) and b is not True]
-    if len(real) != 1:
-        ctx.fail(jp(ptr, "allOf"), "'allOf' is supported only with one branch that is not just annotations "
-                                     f"(got {len(real)})")
+    if not real:
+        return any_node(ctx, ctx.options.any_depth)      # annotations only: any value
     return _build(branches[real[0]], jp(ptr, "allOf", real[0]), ctx)
 
 
-_COMBINATORS = {"$ref": _ref, "anyOf": _any_of, "oneOf": _one_of, "allOf": _all_of}
+_COMBINATORS = {"$ref": ref_node, "anyOf": _any_of, "oneOf": _one_of, "allOf": _all_of}
 
 
 # --- entry points -----------------------------------------------------------------------------------
@@ -310,13 +309,15 @@ def schema_node(schema, options: SchemaOptions | None = None, separators: tuple[
     """The node of one JSON value of `schema` (module docstring); SchemaError names `where` and a pointer."""
     options = options or SchemaOptions()
     item_sep, key_sep = _check_separators(separators, where)
-    ctx = Ctx(schema, options, item_sep, key_sep, where, _build)
+    ctx = Ctx(schema, options, item_sep, key_sep, where, _build, relaxed=[])
     try:
-        return _build(schema, "#", ctx)
+        node = _build(schema, "#", ctx)
     except Empty as e:
         raise SchemaError(f"{where}: {e.ptr}: no value satisfies the schema: {e.message}") from None
     except RecursionError:
         raise SchemaError(f"{where}: #: the schema nests too deeply to walk") from None
+    report(ctx.relaxed)
+    return node
 
 
 def canonical_schema(schema):

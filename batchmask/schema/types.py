@@ -5,6 +5,7 @@ import math
 from dataclasses import replace
 from fractions import Fraction
 
+from ..errors import SchemaError
 from ..grammar.nodes import JsonStr, Node, Repeat
 from .base import ITEMS_CEILING, LENGTH_CEILING, Ctx, Empty, count
 from .base import ptr as jp
@@ -31,6 +32,24 @@ def _string(schema: dict, ptr: str, ctx: Ctx) -> Node:
         raise Empty(jp(ptr, "minLength"), f"minLength {lo} > maxLength {hi}")
     if isinstance(schema.get("format"), str) and schema["format"] not in DEFINED_FORMATS:
         schema = {k: v for k, v in schema.items() if k != "format"}     # a format JSON Schema does not define
+    if "format" not in schema and "pattern" not in schema:
+        return seq(lit(b'"'), JsonStr(lo, hi), lit(b'"'))
+    if "pattern" in schema and not isinstance(schema["pattern"], str):
+        ctx.fail(jp(ptr, "pattern"), f"'pattern' must be a string, got {schema['pattern']!r}")
+    try:
+        body = _shaped(schema, ptr, ctx, lo, hi, given_hi)
+    except SchemaError as e:                              # lenient: any string of the length allowed
+        if ctx.options.mode == "strict" or "supported maximum" in str(e):
+            raise                                         # no string within the ceilings matches: no superset
+        keyword = "pattern" if "pattern" in schema else "format"
+        ctx.relax(jp(ptr, keyword), keyword, str(e).split(": ", 2)[-1])
+        body = JsonStr(lo, hi)
+    return seq(lit(b'"'), body, lit(b'"'))
+
+
+def _shaped(schema: dict, ptr: str, ctx: Ctx, lo: int, hi: int, given_hi: bool) -> Node:
+    """The body of a string of a `format` or a `pattern`, within minLength lo and maxLength hi."""
+    o = ctx.options
     if "format" in schema and "pattern" in schema:
         ctx.fail(jp(ptr, "pattern"), "'pattern' together with 'format' is not supported")
     if "format" in schema:
@@ -44,21 +63,18 @@ def _string(schema: dict, ptr: str, ctx: Ctx) -> Node:
         body, flo, fhi = built
     elif "pattern" in schema:
         pat = schema["pattern"]
-        if not isinstance(pat, str):
-            ctx.fail(jp(ptr, "pattern"), f"'pattern' must be a string, got {pat!r}")
         cap = hi if given_hi else o.repeat_cap
         try:
             body, flo, fhi = pattern_node(pat, repeat_cap=max(cap, 1), free_cap=hi)
         except PatternError as e:
             ctx.fail(jp(ptr, "pattern"), f"pattern {pat!r} {e}")
-    else:
-        return seq(lit(b'"'), JsonStr(lo, hi), lit(b'"'))
     if lo > flo or (given_hi and fhi > hi):
         what = "format " + repr(schema["format"]) if "format" in schema else "the pattern"
         limit = f"minLength {lo}" if lo > flo else f"maxLength {hi}"
         ctx.fail(jp(ptr, limit.split()[0]), f"{what} matches {flo}..{fhi} characters, not all within {limit}; "
                  "only length limits that every match fits are supported")
-    return seq(lit(b'"'), body, lit(b'"'))
+    return body
+
 
 
 # --- numbers ----------------------------------------------------------------------------------------
@@ -148,7 +164,7 @@ def _array(schema: dict, ptr: str, ctx: Ctx) -> Node:
     if not isinstance(unique, bool):
         ctx.fail(jp(ptr, "uniqueItems"), f"'uniqueItems' must be true or false, got {unique!r}")
     if unique and (hi is None or hi > 1):
-        ctx.fail(jp(ptr, "uniqueItems"), "'uniqueItems': true is not supported (unless maxItems <= 1)")
+        ctx.relax(jp(ptr, "uniqueItems"), "uniqueItems", "'uniqueItems': true is not supported (unless maxItems <= 1)")
     items, prefix = schema.get("items"), schema.get("prefixItems")
     prefix_key = "prefixItems"
     if isinstance(items, list):                           # drafts 4-7: the tuple form
@@ -156,10 +172,8 @@ def _array(schema: dict, ptr: str, ctx: Ctx) -> Node:
             ctx.fail(jp(ptr, "items"), "'items' as a list beside 'prefixItems'")
         prefix, items, prefix_key = items, None, "items"
         extra = schema.get("additionalItems")
-        if extra not in (None, False, True):
-            ctx.fail(jp(ptr, "additionalItems"), "'additionalItems' as a schema is not supported")
-    elif "additionalItems" in schema:
-        ctx.fail(jp(ptr, "additionalItems"), "'additionalItems' is only supported beside 'items' as a list")
+        if isinstance(extra, dict):
+            items = extra                                 # the items after the tuple: 2020-12's `items`
     if prefix is not None and not isinstance(prefix, list):
         ctx.fail(jp(ptr, prefix_key), f"{prefix_key!r} must be a list of schemas")
     prefix = prefix or []
@@ -217,7 +231,8 @@ def _object(schema: dict, ptr: str, ctx: Ctx) -> Node:
     if isinstance(extra, dict) and not props:
         return _map(extra, ptr, ctx, inner)
     if schema.get("unevaluatedProperties", False) is not False:
-        ctx.fail(jp(ptr, "unevaluatedProperties"), "only 'unevaluatedProperties': false is supported")
+        ctx.relax(jp(ptr, "unevaluatedProperties"), "unevaluatedProperties",
+                  "only 'unevaluatedProperties': false is supported")
     members = []                                          # (required, key+value node), declared order
     for name, sub in props.items():
         need = name in required

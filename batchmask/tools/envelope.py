@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import pickle
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..grammar.nodes import Alt, Lit, Seq, Str
 from ..schema.nodes import seq
@@ -135,8 +135,9 @@ def native_args_node(tool: Tool, max_string: int, separators: tuple[str, str] = 
 
 
 # Typed tools' argument nodes, by (parameters, options, separators): tool sets drawn from one catalogue
-# share their tools, and a node is immutable. Keyed by the pickled parameters (equal bytes: equal
-# JSON values, types included); `where` only names errors, which are not kept. A few hundred entries.
+# share their tools, and a node is immutable. Kept with the schema's lenient relaxations, said again on a hit.
+# Keyed by the pickled parameters (equal bytes: equal JSON values, types included); `where` only names errors,
+# which are not kept. A few hundred entries.
 _ARGS_CACHE: OrderedDict = OrderedDict()
 ARGS_CACHE_SIZE = 512
 
@@ -144,18 +145,25 @@ ARGS_CACHE_SIZE = 512
 def args_node(tool: Tool, envelope: Envelope, max_string: int, options, source: str = "<registry>"):
     if not is_typed(tool):
         return native_args_node(tool, max_string, envelope.separators)
+    from ..schema.base import collect, report
     from ..schema.build import schema_node
+    where = f"{source}: tool {tool.name!r} parameters"
     try:
         key = (pickle.dumps(tool.parameters, protocol=pickle.HIGHEST_PROTOCOL), options, tuple(envelope.separators))
         hash(key)
     except Exception:                 # not picklable or options not hashable: build it, keep nothing
         key = None
-    node = _ARGS_CACHE.pop(key, None) if key is not None else None
-    if node is None:
-        node = schema_node(tool.parameters, options, separators=envelope.separators,
-                           where=f"{source}: tool {tool.name!r} parameters")
+    got = _ARGS_CACHE.pop(key, None) if key is not None else None
+    if got is None:
+        with collect() as relaxed:
+            node = schema_node(tool.parameters, options, separators=envelope.separators, where=where)
+        got = node, tuple(relaxed)
+        report(relaxed)                                   # to the collector of the caller (its grammar)
+    else:
+        report([replace(r, where=where) for r in got[1]])  # the same relaxations, named for this tool
+    node = got[0]
     if key is not None:
-        _ARGS_CACHE[key] = node                           # newest last; the oldest go past ARGS_CACHE_SIZE
+        _ARGS_CACHE[key] = got                          # newest last; the oldest go past ARGS_CACHE_SIZE
         while len(_ARGS_CACHE) > ARGS_CACHE_SIZE:
             _ARGS_CACHE.popitem(last=False)
     return node
