@@ -137,6 +137,10 @@ def _measure(path: Path, walks: int, mode: str | None, conn) -> None:
     try:
         g = compile_json_schema(schema, tok, options=schema_options(mode))
         rec.update(seconds=time.perf_counter() - t0, nbytes=int(g.nbytes), states=int(g.num_states))
+        relaxed = getattr(g, "relaxations", [])
+        if relaxed:                         # lenient mode: what it wrote as a superset (walks may leave the schema)
+            rec["relaxed"] = sorted({r["keyword"] for r in relaxed})
+            rec["superset"] = any(r["kind"] == "superset" for r in relaxed)
     except Exception as e:  # a refusal is data here: its one line is what the report counts
         g, rec["error"] = None, _line(e)
     conn.send(("ours", rec))
@@ -267,12 +271,16 @@ def summarise(records: dict[str, list[dict]]) -> dict:
     out = {}
     for s, recs in records.items():
         ok = [r for r in recs if "seconds" in r]
-        walks = [w for r in recs for w in r.get("walks", [])]
+        walks = [w for r in recs if not r.get("superset") for w in r.get("walks", [])]
+        loose = [w for r in recs if r.get("superset") for w in r.get("walks", [])]   # lenient supersets
         row = {"n": len(recs), "compiled": len(ok), "timeouts": sum(bool(r.get("timeout")) for r in recs),
+               "relaxed": sum(bool(r.get("relaxed")) for r in ok),
                "time": _stats([r["seconds"] for r in ok]), "bytes": _stats([r["nbytes"] for r in ok]),
                "walks": len(walks), "disagreements": sum(w["disagree"] for w in walks),
                "finished": sum(bool(w.get("finished")) for w in walks),
-               "invalid": sum(w.get("valid") is False for w in walks)}
+               "invalid": sum(w.get("valid") is False for w in walks),
+               "relaxed_walks": len(loose), "relaxed_disagreements": sum(w["disagree"] for w in loose),
+               "relaxed_invalid": sum(w.get("valid") is False for w in loose)}
         for peer in ("llg", "xgr"):
             got = [r[peer] for r in recs if peer in r]
             if got:
@@ -296,7 +304,7 @@ def print_table(summary: dict) -> None:
             f"{'walks':>6}{'disagr':>7}")
     print(head)
     total = {"n": 0, "compiled": 0, "llg": 0, "xgr": 0, "walks": 0, "disagreements": 0, "finished": 0,
-             "invalid": 0}
+             "invalid": 0, "relaxed": 0, "relaxed_walks": 0, "relaxed_disagreements": 0, "relaxed_invalid": 0}
     for s, r in summary.items():
         peers = []
         for p in ("llg", "xgr"):
@@ -307,11 +315,16 @@ def print_table(summary: dict) -> None:
         print(f"{s:<16}{r['n']:>4}{r['compiled']:>6}{r['timeouts']:>4}{_ms(r['time'], 'median'):>8}"
               f"{_ms(r['time'], 'p90'):>8}{_ms(r['time'], 'max'):>8}{_mb(r['bytes'], 'median'):>8}"
               f"{_mb(r['bytes'], 'max'):>8}{peers[0]}{peers[1]}{r['walks']:>6}{r['disagreements']:>7}")
-        for k in ("n", "compiled", "walks", "disagreements", "finished", "invalid"):
-            total[k] += r[k]
+        for k in ("n", "compiled", "walks", "disagreements", "finished", "invalid", "relaxed", "relaxed_walks",
+                  "relaxed_disagreements", "relaxed_invalid"):
+            total[k] += r.get(k, 0)
     print(f"all: ours {total['compiled']}/{total['n']}, llguidance {total['llg']}, xgrammar {total['xgr']}; "
           f"{total['walks']} walks, {total['disagreements']} disagreements; {total['finished']} finished, "
           f"{total['invalid']} of them invalid by jsonschema")
+    if total["relaxed"]:
+        print(f"lenient: {total['relaxed']} schemas relaxed; their {total['relaxed_walks']} walks (not counted above): "
+              f"{total['relaxed_disagreements']} left the schema's language where a relaxed keyword let them, "
+              f"{total['relaxed_invalid']} finished values invalid (the run's validation reports those)")
 
 
 def refusals(records: dict[str, list[dict]], top: int = 12) -> list[tuple[str, int]]:
@@ -372,7 +385,8 @@ def main(argv=None) -> int:
     except TokenizerError as e:
         raise SystemExit(f"--tokenizer: {e}") from None
     _CTX["tok"] = tok
-    notes = [f"tokenizer {args.tokenizer} ({len(tok.token_bytes)} tokens); one thread; timeout {args.timeout:g} s"]
+    notes = [f"tokenizer {args.tokenizer} ({len(tok.token_bytes)} tokens); one thread; timeout {args.timeout:g} s; "
+             f"mode {args.mode or SchemaOptions().mode + ' (the default)'}"]
     for key, setup in (("llg", llg_setup), ("xgr", xgr_setup)):
         _CTX[key], note = setup(tok)
         if note:
@@ -393,8 +407,8 @@ def main(argv=None) -> int:
     print("commonest refusals:")
     for line, n in refusals(records):
         print(f"  {n:>4}  {line}")
-    bad = [(s, r["file"], w) for s, recs in records.items() for r in recs for w in r.get("walks", [])
-           if w["disagree"]]
+    bad = [(s, r["file"], w) for s, recs in records.items() for r in recs if not r.get("superset")
+           for w in r.get("walks", []) if w["disagree"]]
     for s, f, w in bad[:10]:
         print(f"  disagreement {s}/{f} after {w['after'][-40:]!r}: we allow {w['tokens']}")
     out = {"notes": notes, "summary": summary, "records": records}

@@ -153,3 +153,23 @@ def _relaxations(schema, options):
         with base.collect() as got:
             schema_node(schema, options)
     return got
+
+
+# --- the command line ----------------------------------------------------------------------------------------
+def test_compile_command_follows_schema_mode(tmp_path, capsys):
+    import json
+
+    from batchmask.run.cli import main
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps([{"type": "function", "function": {"name": "tag", "parameters": {
+        "type": "object", "required": ["tags"],
+        "properties": {"tags": {"type": "array", "items": {"enum": ["a", "b"]}, "uniqueItems": True}}}}}]))
+    assert main(["compile", "--tools", str(tools), "--format", "json", "--schema-mode", "strict"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "#/properties/tags/uniqueItems" in err[0] and "strict mode" in err[0], err
+    base._WARNED.discard("uniqueItems")
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        assert main(["compile", "--tools", str(tools), "--format", "json"]) == 0
+    err = capsys.readouterr().err
+    assert "batchmask: warning: " in err and "#/properties/tags/uniqueItems: 'uniqueItems'" in err, err

@@ -33,6 +33,7 @@ from .loading import (  # noqa: F401
     load_model_and_tokenizer,
     load_registry,
     resolve_model_paths,
+    schema_options,
 )
 from .openai_batch import BatchWriter, check_fit, per_task
 from .out_paths import check_not_an_input, check_output_file
@@ -71,10 +72,11 @@ def _generate(args, dist, taskfile, output) -> int:
     device = dist.device if dist else _device(args.device)
     dtype = _dtype(args.dtype, device)
     tasks = taskfile.tasks
-    registry = load_registry(args.tools)
+    registry = load_registry(args.tools, schema_options(args))
     from .grammar_store import plan_tasks, run_choice
     from .waves import prepare_waves, run_waves, wave_table
-    plan = plan_tasks(taskfile, registry, choice=run_choice(args), format=args.format)  # validated before the model
+    plan = plan_tasks(taskfile, registry, schema_options(args), choice=run_choice(args),
+                      format=args.format)                                          # validated before the model
     grammar_file = None
     if args.grammar and not args.no_constrain:     # --grammar FILE read and matched to the flags, named by flag
         from .cli_grammar import GrammarFile
@@ -210,7 +212,7 @@ def cmd_compile(args) -> int:
     from ..api import compile_grammar
     from ..tools.choice import check_choice
     from .grammar_store import run_choice
-    registry = load_registry(args.tools)
+    registry = load_registry(args.tools, schema_options(args))
     check_choice(run_choice(args), registry, args.format, "--tool-choice")
     registry = registry.with_choice(run_choice(args))
     tok_path = args.tokenizer or (DEFAULT_DIR / "tokenizer.model")
@@ -222,7 +224,7 @@ def cmd_compile(args) -> int:
     tokenizer = load_tokenizer(tok_path, eos_id=args.eos_id)
     t = time.perf_counter()
     g = compile_grammar(registry, tokenizer, format=args.format, max_string=args.max_string, utf8=not args.bytes,
-                        device=_device(args.device))
+                        options=schema_options(args), device=_device(args.device))
     dt = time.perf_counter() - t
     # names and paths may hold control characters: printed escaped
     print(f"registry: {printable(', '.join(registry.names))}")
@@ -283,6 +285,15 @@ def _format_arg(p):
                         '</tool_call> (Hermes, Qwen2.5)')
 
 
+
+def _schema_mode_arg(p):
+    """The grammar's reading of typed tools' schemas (docs/json-schema.md)."""
+    p.add_argument("--schema-mode", choices=("lenient", "strict"), default="lenient",
+                   help="a schema keyword the grammar cannot write exactly (uniqueItems, not, an overlapping oneOf, "
+                        "...): lenient (default) compiles the nearest superset, warns once per keyword and "
+                        "validates each finished call; strict refuses the tool file, naming keyword and pointer")
+
+
 def _system_arg(p):
     p.add_argument("--system", help="a system message before each task (models with a chat template; before a "
                    "JSONL task's own messages, with a warning if they hold one)")
@@ -331,6 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the text the grammar forces (a call's frame, the rest of a unique name, required "
                         "keys) at once, several tokens a row in one forward pass (batchmask/run/jump.py)")
     _format_arg(g)
+    _schema_mode_arg(g)
     _system_arg(g)
     _choice_args(g)
     g.add_argument("--bytes", action="store_true", help="the seed's byte rule instead of whole UTF-8 characters")
@@ -363,6 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--bytes", action="store_true", help="the seed's byte rule instead of whole UTF-8 characters")
     _choice_args(c)
     _format_arg(c)
+    _schema_mode_arg(c)
     c.add_argument("--device", default="cpu", help="where the table is built and checked: cpu, cuda or cuda:N")
     c.add_argument("--out", help="cache file to write")
     c.set_defaults(func=cmd_compile)
@@ -376,6 +389,24 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _say_lenient_warnings() -> None:
+    """Lenient mode's warnings (one per relaxed schema keyword) as `batchmask: warning: ...` lines."""
+    import warnings
+
+    from ..schema.base import LenientWarning
+    shown = warnings.showwarning
+    if getattr(shown, "batchmask", False):
+        return
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, LenientWarning):
+            say_warning(str(message))
+        else:
+            shown(message, category, filename, lineno, file, line)
+    show.batchmask = True
+    warnings.showwarning = show
+
+
 def main(argv=None) -> int:
     """Run one command; returns the exit status (0 done, 2 bad input, 130 interrupted, 143 terminated).
 
@@ -383,6 +414,7 @@ def main(argv=None) -> int:
     """
     if argv is None:
         interrupts.install_for_program()
+    _say_lenient_warnings()
     args = None
     try:
         args = build_parser().parse_args(argv)

@@ -163,6 +163,7 @@ class GrammarFile:
         first flag that differs with short values (the run's registry `registry`, its flags `args`)."""
         from .. import api
         from ..tools.envelope import registry_key
+        from .loading import schema_options
         fmt, utf8 = args.format, not args.bytes
         seed = api.uses_seed_path(registry, fmt)
         choice = getattr(registry, "choice", None)       # first: a file without one was compiled on another path
@@ -170,7 +171,8 @@ class GrammarFile:
                "--format": fmt,
                "--tools": ["seed", registry.grammar_key()] if seed else ["call", registry_key(registry)],
                "--max-string": args.max_string, "--bytes": not utf8,
-               "options": None if seed else api.call_grammar_key(registry, fmt, args.max_string, utf8)["options"]}
+               "options": None if seed else api.call_grammar_key(registry, fmt, args.max_string, utf8,
+                                                                 schema_options(args))["options"]}
         got = self.file_settings()
         for flag, want in run.items():
             have, want = _plain(got.get(flag)), _plain(want)
@@ -182,6 +184,10 @@ class GrammarFile:
                         f"the file's are {_cut(theirs)}, this run's {_cut(ours)}")
                 raise ValueError(f"--grammar {self.path}: compiled for other tools (--tools): {what}")
             if flag == "options":
+                mode = (have or {}).get("mode") if isinstance(have, dict) else None
+                if mode and mode != schema_options(args).mode:
+                    raise ValueError(f"--grammar {self.path}: compiled with --schema-mode {mode}, this run has "
+                                     f"--schema-mode {schema_options(args).mode}")
                 raise ValueError(f"--grammar {self.path}: compiled with other schema options (by the library or "
                                  "another batchmask version); compile it again with `batchmask compile`")
             if flag == "--bytes":

@@ -278,13 +278,16 @@ def run_grammars(args, plan: TaskPlan, todo: list[int], tokenizer, device):
             if not isinstance(reg, SchemaTask):          # a schema was checked when its task was read
                 _named(where[k], api.call_node, reg, args.format, args.max_string)
         return None, regs, groups
+    from .loading import schema_options
+    options = schema_options(args)
     store = GrammarStore(tokenizer, format=args.format, max_string=args.max_string, utf8=not args.bytes,
-                         device=device, cache_dir=cache_dir_of(getattr(args, "grammar_cache", None)))
+                         options=options, device=device, cache_dir=cache_dir_of(getattr(args, "grammar_cache", None)))
     pieces, rest = [], []                    # (indices into regs, the grammar holding them)
     for k, reg in enumerate(regs):
         if reg is plan.registries[0] and getattr(args, "grammar", None):     # --grammar FILE: the run's tools
             pieces.append(([k], api.load_grammar(args.grammar, reg, tokenizer, format=args.format,
-                                                 max_string=args.max_string, utf8=not args.bytes, device=device)))
+                                                 max_string=args.max_string, utf8=not args.bytes, options=options,
+                                                 device=device)))
         else:
             rest.append(k)
     # the other sets compiled together (one table: what they share is compiled once); schema tasks are UTF-8,

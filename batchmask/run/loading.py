@@ -90,8 +90,15 @@ def load_model_and_tokenizer(checkpoint, tokenizer_path, device, dtype, max_cont
     return model, tokenizer
 
 
-def load_registry(path):
-    """--tools: the built-in tools (None), else the tools file at `path` (JSON text given instead is refused)."""
+def schema_options(args):
+    """The schema options of a command's flags: --schema-mode (lenient, the default, or strict)."""
+    from ..schema.base import SchemaOptions
+    return SchemaOptions(mode=getattr(args, "schema_mode", None) or "lenient")
+
+
+def load_registry(path, options=None):
+    """--tools: the built-in tools (None), else the tools file at `path` (JSON text given instead is refused);
+    typed tools' schemas are checked under `options` (schema_options)."""
     from ..tools.registry import RegistryError, ToolRegistry
     if path is None:
         return ToolRegistry.defaults()
@@ -99,7 +106,7 @@ def load_registry(path):
         from ..text import short
         raise RegistryError(f"--tools takes the path of a tools file, got JSON text {short(str(path))}; "
                             "save it to a file and pass that")
-    return ToolRegistry.from_json(path)
+    return ToolRegistry.from_json(path, options=options)
 
 
 def _is_file(path) -> bool:
