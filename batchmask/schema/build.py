@@ -18,6 +18,7 @@ import json
 import threading
 from collections import OrderedDict
 from dataclasses import replace
+from urllib.parse import unquote
 
 from ..grammar.nodes import Node
 from .base import (
@@ -251,7 +252,7 @@ def _resolve(ref, rptr: str, ctx: Ctx):
         return node
     if not ref.startswith("#/"):
         ctx.fail(rptr, f"$ref {ref!r}: only JSON pointers (#/...) are supported, not anchors")
-    for raw in ref[2:].split("/"):
+    for raw in unquote(ref[2:]).split("/"):          # a URI fragment: percent-decoded, then a JSON pointer
         token = raw.replace("~1", "/").replace("~0", "~")
         if isinstance(node, dict) and token in node:
             node = node[token]
@@ -286,6 +287,8 @@ def _all_of(schema: dict, ptr: str, ctx: Ctx) -> Node:
     branches = _branches(schema, "allOf", ptr, ctx)
     real = [i for i, b in enumerate(branches)
             if not (isinstance(b, dict) and all(is_annotation(k) for k in b)) and b is not True]
+    if not real:                    # annotations (or `true`) only: any value
+        return _build(True, jp(ptr, "allOf"), ctx)
     if len(real) != 1:
         ctx.fail(jp(ptr, "allOf"), "'allOf' is supported only with one branch that is not just annotations "
                                      f"(got {len(real)})")
