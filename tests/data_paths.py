@@ -28,6 +28,7 @@ BFCL = DATA / "bfcl"                                # a sample of BFCL v4 questi
 LLAMA2 = DATA / "llama2"                            # tokenizer.model + tokenizer.bin (SentencePiece, 32000)
 GPT2 = DATA / "gpt2"                                # tokenizer.json + tokenizer_config.json (byte-level BPE, 50257)
 QWEN2_PACKED = DATA / "qwen2"                       # tokenizer.json.xz + tokenizer_config.json (151936 ids)
+SCHEMA_SUITE = DATA / "json-schema-test-suite"        # the JSON Schema Test Suite, draft2020-12 (+ SKIPPED.md)
 QWEN2_MD5 = "26b68c25ffd2e24736333e4ae0d39bb9"      # of the unpacked tokenizer.json (as in ../shared/qwen2)
 
 

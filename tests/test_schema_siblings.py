@@ -110,3 +110,21 @@ def test_all_of_objects_join_their_properties_unless_one_closes_itself():
         schema_node({"type": "object", "properties": {"a": {"type": "boolean"}, "b": {"type": "boolean"}}}, STRICT)
     with pytest.raises(SchemaError, match="allOf branch 1 cannot be merged"):   # a's additionalProperties reads b
         schema_node({"allOf": [{**a, "additionalProperties": False}, b]}, STRICT)
+
+
+def test_all_of_of_annotations_only_is_any_value():
+    """JSON Schema Test Suite, allOf.json 'allOf with one empty schema': `allOf: [{}]` admits every value."""
+    for branches in ([{}], [True], [{"description": "anything"}]):
+        assert schema_node({"allOf": branches}) == schema_node(True)
+
+
+def test_a_ref_is_percent_decoded_before_it_is_read_as_a_json_pointer():
+    """A $ref is a URI fragment: percent-decoded, then a JSON pointer (RFC 6901 section 6); the suite's ref.json
+    'escaped pointer ref' and 'refs with quote'."""
+    defs = {"percent%field": {"type": "integer", "minimum": 0, "maximum": 3}, 'foo"bar': {"type": "boolean"},
+            "slash/field": {"enum": ["x"]}}
+    for ref, name in (("#/$defs/percent%25field", "percent%field"), ("#/$defs/foo%22bar", 'foo"bar'),
+                      ("#/$defs/slash~1field", "slash/field"), ("#/$defs/slash%7E1field", "slash/field")):
+        assert schema_node({"$defs": defs, "$ref": ref}) == schema_node(defs[name]), ref
+    with pytest.raises(SchemaError, match="points at nothing"):
+        schema_node({"$defs": defs, "$ref": "#/$defs/percent%2525field"})      # decoded once: percent%25field

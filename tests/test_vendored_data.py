@@ -53,7 +53,7 @@ def test_catalogue_is_twelve_openai_tools():
 
 
 def test_every_vendored_folder_has_a_licence():
-    for folder in ("llama2", "gpt2", "qwen2", "bfcl"):
+    for folder in ("llama2", "gpt2", "qwen2", "bfcl", "json-schema-test-suite"):
         assert (DATA / folder / "LICENSE").stat().st_size > 500
 
 

@@ -46,8 +46,8 @@ def resolve(ref, rptr: str, ctx: Ctx):
         if found is None:
             ctx.fail(rptr, f"$ref {ref!r}: no $anchor {ref[1:]!r} in the document")
         return found
-    for raw in ref[2:].split("/"):
-        token = unquote(raw).replace("~1", "/").replace("~0", "~")
+    for raw in unquote(ref[2:]).split("/"):          # a URI fragment: percent-decoded, then a JSON pointer
+        token = raw.replace("~1", "/").replace("~0", "~")
         if isinstance(node, dict) and token in node:
             node = node[token]
         elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
@@ -57,17 +57,20 @@ def resolve(ref, rptr: str, ctx: Ctx):
     return node
 
 
-def _anchor(node, name: str):
-    """The subschema whose $anchor (or $dynamicAnchor) is `name`, searched depth first; None if there is none."""
-    stack = [node]
+def _anchor(root, name: str):
+    """The subschema whose $anchor (or $dynamicAnchor) is `name` in the root's own resource: subschemas with an
+    `$id` of their own are other resources, whose anchors a plain `#name` does not reach. None if there is none."""
+    stack = [root]
     while stack:
         n = stack.pop()
         if isinstance(n, dict):
+            if n is not root and isinstance(n.get("$id"), str):
+                continue
             if name in (n.get("$anchor"), n.get("$dynamicAnchor")):
                 return n
-            stack.extend(v for k, v in n.items() if k not in ("enum", "const", "default", "examples"))
+            stack.extend(reversed([v for k, v in n.items() if k not in ("enum", "const", "default", "examples")]))
         elif isinstance(n, list):
-            stack.extend(n)
+            stack.extend(reversed(n))
     return None
 
 
