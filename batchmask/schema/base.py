@@ -13,17 +13,18 @@ KEYWORDS = {
     "string": {"minLength", "maxLength", "pattern", "format"},
     "number": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"},
     "array": {"items", "prefixItems", "minItems", "maxItems", "uniqueItems", "additionalItems"},
-    "object": {"properties", "required", "additionalProperties", "unevaluatedProperties"},
+    "object": {"properties", "required", "additionalProperties", "unevaluatedProperties", "patternProperties",
+               "propertyNames", "minProperties", "maxProperties", "dependentRequired", "dependencies"},
 }
 GENERAL = {"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$defs", "definitions"}
 CONTAINERS = {"$defs", "definitions"}
 SUPPORTED = GENERAL.union(*KEYWORDS.values())
 # Keywords of JSON Schema (2020-12, and drafts 4-7 as real files spell them) that assert something the subset
 # cannot write exactly: refused, naming the keyword and its pointer.
-REFUSED = frozenset({"multipleOf", "not", "if", "then", "else", "minProperties", "maxProperties", "patternProperties",
-                     "dependentRequired", "dependentSchemas", "propertyNames", "contains", "minContains",
+REFUSED = frozenset({"multipleOf", "not", "if", "then", "else",
+                     "dependentSchemas", "contains", "minContains",
                      "maxContains", "unevaluatedItems", "contentEncoding", "contentMediaType", "contentSchema",
-                     "$dynamicRef", "$dynamicAnchor", "$anchor", "$vocabulary", "dependencies", "$recursiveRef",
+                     "$dynamicRef", "$dynamicAnchor", "$anchor", "$vocabulary", "$recursiveRef",
                      "$recursiveAnchor",
                      "nullable"})      # OpenAPI 3.0's "or null", which tool schemas written for it carry
 

@@ -1,4 +1,4 @@
-"""The builders of each JSON type: string, integer, number, boolean, null, array, object."""
+"""The builders of each JSON type: string, integer, number, boolean, null, array, object (schema/objects.py)."""
 from __future__ import annotations
 
 import math
@@ -8,9 +8,10 @@ from fractions import Fraction
 from ..grammar.nodes import JsonStr, Node, Repeat
 from .base import ITEMS_CEILING, LENGTH_CEILING, Ctx, Empty, count
 from .base import ptr as jp
-from .json_values import exact_number, json_literal
-from .nodes import alt, lit, opt, seq
+from .json_values import exact_number
+from .nodes import alt, lit, seq
 from .numbers import integer_node, number_node
+from .objects import object_node
 from .regex import PatternError, pattern_node
 from .strings import DEFINED_FORMATS, FORMATS, format_node
 
@@ -198,61 +199,7 @@ def _array(schema: dict, ptr: str, ctx: Ctx) -> Node:
 
 
 def _object(schema: dict, ptr: str, ctx: Ctx) -> Node:
-    inner = _enter(ptr, ctx)
-    props = schema.get("properties", {})
-    if not isinstance(props, dict):
-        ctx.fail(jp(ptr, "properties"), "'properties' must be an object")
-    required = schema.get("required", [])
-    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
-        ctx.fail(jp(ptr, "required"), "'required' must be a list of property names")
-    for i, r in enumerate(required):
-        if r not in props:
-            ctx.fail(jp(ptr, "required", i), f"required property {r!r} is not among 'properties' "
-                                               "(its value would be unconstrained)")
-        if required.index(r) != i:
-            ctx.fail(jp(ptr, "required", i), f"required property {r!r} is listed twice")
-    extra = schema.get("additionalProperties")
-    if extra is not None and not isinstance(extra, (bool, dict)):
-        ctx.fail(jp(ptr, "additionalProperties"), "'additionalProperties' must be a boolean or a schema")
-    if isinstance(extra, dict) and not props:
-        return _map(extra, ptr, ctx, inner)
-    if schema.get("unevaluatedProperties", False) is not False:
-        ctx.fail(jp(ptr, "unevaluatedProperties"), "only 'unevaluatedProperties': false is supported")
-    members = []                                          # (required, key+value node), declared order
-    for name, sub in props.items():
-        need = name in required
-        try:
-            value = ctx.build(sub, jp(ptr, "properties", name), inner)
-        except Empty:
-            if need:
-                raise
-            continue                                      # an optional property no value fits: never present
-        members.append((need, seq(lit(json_literal(name) + ctx.key_sep), value)))
-    sep = lit(ctx.item_sep)
-    pieces = [seq(sep, kv) if need else opt(seq(sep, kv)) for need, kv in members]
-    # The first member present has no separator before it: one branch per candidate first member
-    # (optional ones up to the first required one), each followed by the shared pieces of the rest.
-    firsts = [lit(b"")] if not any(need for need, _ in members) else []
-    for j, (need, kv) in enumerate(members):
-        firsts.append(seq(kv, *pieces[j + 1:]))
-        if need:
-            break
-    return seq(lit(b"{"), alt(*firsts), lit(b"}"))
-
-
-def _map(values: dict, ptr: str, ctx: Ctx, inner: Ctx) -> Node:
-    """An object of free keys, each value of `values` (`additionalProperties` as a schema, no `properties`): up to
-    SchemaOptions.max_items entries, keys any JSON string of at most max_string_length characters. Keys are not
-    kept distinct (duplicate names are JSON, and a reader takes the last)."""
-    try:
-        value = ctx.build(values, jp(ptr, "additionalProperties"), inner)
-    except Empty:
-        return lit(b"{}")                                 # no value fits: only the empty object
-    key = seq(lit(b'"'), JsonStr(0, ctx.options.max_string_length), lit(b'"'), lit(ctx.key_sep))
-    entry = seq(key, value)
-    n = ctx.options.max_items
-    more = Repeat(seq(lit(ctx.item_sep), entry), 0, n - 1) if n > 1 else lit(b"")
-    return seq(lit(b"{"), alt(lit(b""), seq(entry, more)) if n > 0 else lit(b""), lit(b"}"))
+    return object_node(schema, ptr, ctx, _enter(ptr, ctx))      # schema/objects.py
 
 
 def any_node(ctx: Ctx, depth: int) -> Node:

@@ -10,10 +10,12 @@ Meaning, as JSON Schema's: type (and type lists), enum, const, minLength/maxLeng
 pattern (`re.search`, as jsonschema does), format date, time, date-time (RFC 3339 as jsonschema's
 format checker reads it: no year 0, no leap second 60) and uuid, minimum/maximum/exclusiveMinimum/
 exclusiveMaximum, multipleOf, anyOf, oneOf, allOf, not, local $ref ($defs/definitions),
-items/prefixItems/minItems/maxItems, properties/required. One deliberate
+items/prefixItems/minItems/maxItems, properties/required, patternProperties, propertyNames,
+minProperties/maxProperties, dependentRequired (and `dependencies` lists). One deliberate
 difference, batchmask's: an object holds nothing beyond its declared properties (as with
 `additionalProperties: false`), because the grammar generates nothing else; a map (`additionalProperties` a
-schema, no `properties`) holds any keys, each value of that schema.
+schema, no `properties`) holds any keys, each value of that schema; a key a pattern of `patternProperties` matches
+is allowed, its value of that pattern's schema.
 """
 from __future__ import annotations
 
@@ -260,21 +262,38 @@ def _check_object(v: dict, schema, root, path, depth) -> str | None:
     for key in schema.get("required", []):
         if key not in v:
             return f"{where}: required property {key!r} is missing"
+    if "minProperties" in schema and len(v) < schema["minProperties"]:
+        return f"{where}: {len(v)} properties, fewer than minProperties {schema['minProperties']}"
+    if "maxProperties" in schema and len(v) > schema["maxProperties"]:
+        return f"{where}: {len(v)} properties, more than maxProperties {schema['maxProperties']}"
+    for kw in ("dependentRequired", "dependencies"):
+        for key, needs in schema.get(kw, {}).items():
+            if key in v and isinstance(needs, list) and any(n not in v for n in needs):
+                return f"{where}: property {key!r} requires {needs!r} ({kw})"
     t = schema.get("type")
     closed = "properties" in schema or t == "object" or (isinstance(t, list) and "object" in t)
     extra = schema.get("additionalProperties")
-    if isinstance(extra, dict) and "properties" not in schema:         # a map: every value of that schema
-        for key, x in v.items():
-            err = _check(x, extra, root, f"{path}/{_escape(key)}", depth + 1)
+    patterns = schema.get("patternProperties", {})
+    names = schema.get("propertyNames")
+    for key, x in v.items():
+        at = f"{path}/{_escape(key)}"
+        if names is not None and _check(key, names, root, at, depth + 1):
+            return f"{where}: property name {key!r} does not meet propertyNames"
+        matched = [p for p in patterns if re.search(p, key)]
+        for p in matched:
+            err = _check(x, patterns[p], root, at, depth + 1)
             if err:
                 return err
-        return None
-    for key, x in v.items():
-        if key not in props:
-            if closed:          # an object schema (not, say, an anyOf around several) holds its declared keys
-                return f"{where}: property {key!r} is not declared"
+        if key in props:
+            err = _check(x, props[key], root, at, depth + 1)
+        elif matched:
             continue
-        err = _check(x, props[key], root, f"{path}/{_escape(key)}", depth + 1)
+        elif isinstance(extra, dict) and "properties" not in schema:    # a map: every value of that schema
+            err = _check(x, extra, root, at, depth + 1)
+        elif closed:            # an object schema (not, say, an anyOf around several) holds its declared keys
+            return f"{where}: property {key!r} is not declared"
+        else:
+            continue
         if err:
             return err
     return None
