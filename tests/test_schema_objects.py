@@ -113,6 +113,8 @@ REFUSALS = [
      "property 'ab' matches pattern '^a'"),
     ({"type": "object", "properties": {"ab": I}, "patternProperties": {"^a": I}}, "#/patternProperties/^a",
      "a pattern key could repeat it"),
+    ({"type": "object", "properties": {"xa": False}, "patternProperties": {"^x": I}}, "#/patternProperties/^x",
+     "property 'xa' matches pattern '^x'"),                        # a pattern key must not write it either
     ({"type": "object", "patternProperties": {"(?=a)": I}}, "#/patternProperties/(?=a)", "only (?:...) groups"),
     ({"type": "object", "additionalProperties": I, "minProperties": 2}, "#/minProperties",
      "cannot be kept distinct"),

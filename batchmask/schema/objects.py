@@ -64,6 +64,7 @@ def object_node(schema: dict, ptr: str, ctx: Ctx, inner: Ctx) -> Node:
     members = []                                          # (name, required, key+value node), declared order
     for name, sub in props.items():
         need = name in required
+        _check_declared(name, sub, patterns, free, ptr, ctx)     # before its value: one never written counts too
         ok = names is not False and _name_ok(name, names, ptr, ctx)
         try:
             if not ok:
@@ -73,7 +74,6 @@ def object_node(schema: dict, ptr: str, ctx: Ctx, inner: Ctx) -> Node:
             if need:
                 raise
             continue                                      # an optional property no value fits: never present
-        _check_declared(name, sub, patterns, free, ptr, ctx)
         members.append((name, need, seq(lit(json_literal(name) + ctx.key_sep), value)))
     if not (lo or hi is not None or deps or free):
         return _plain(members, ctx)
