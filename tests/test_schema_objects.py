@@ -3,8 +3,9 @@ maxProperties, dependentRequired and draft 7's `dependencies` lists.
 
 Each schema is walked token by token against llguidance (test_schema_oracle.walks_agree: propertyNames written as
 the keys' pattern, counted objects of declared properties as one branch per set of present properties), every
-finished value validated with jsonschema; then random values are checked both ways: a value is in the language
-exactly when jsonschema accepts it (within the caps, keys in the written order); and refusals name the keyword.
+finished value validated with jsonschema; then random values are checked both ways, for those schemas and for
+random ones (hypothesis): a value is in the language exactly when jsonschema accepts it (within the caps, keys in
+the written order); refusals name the keyword; and overlap.disjoint's proofs hold on every short string.
 """
 from __future__ import annotations
 
@@ -52,8 +53,14 @@ def test_object_keywords_match_llguidance_and_validate(schema):
     walks_agree(schema, OPTIONS, seed=5, max_finish=12)
 
 
+@pytest.mark.parametrize("case", [0, 5, 8, 12])
+def test_object_keywords_match_llguidance_on_llama2(case):
+    walks_agree(CASES[case], OPTIONS, name="llama2", seed=7, walks=4, max_finish=12)
+
+
 # --- both ways: in the language exactly when valid ----------------------------------------------------
-KEYS = ["a", "b", "c", "d", "id", "name", "S_1", "x-y", "ab", "n1", "red", "green", "7", "abc", "A", "x", "x5"]
+KEYS = ["a", "b", "c", "d", "id", "name", "S_1", "x-y", "ab", "n1", "red", "green", "7", "abc", "A", "x", "x5", "z",
+        "42", "S_"]
 VALUES = [0, 5, True, "", "zz", "long!"]
 
 
@@ -197,3 +204,39 @@ def test_disjoint_separates_the_usual_patterns():
     assert apart("^S_", "^x-") and apart("^[a-z]+$", "^[0-9]+$") and apart("^\\d+$", "^[a-z]")
     assert apart("^a.*z$", "^a.*y$") and apart("^[a-z]+$", "\\d")
     assert apart("^foo", "bar") is False and apart("^\\d", "^[^a]") is False and apart("^a", "^\\w") is False
+
+
+# --- random object schemas, both ways ------------------------------------------------------------------
+@st.composite
+def _counted_objects(draw):
+    names = draw(st.lists(st.sampled_from(["a", "b", "c", "d", "id"]), min_size=0, max_size=4, unique=True))
+    props = {n: draw(st.sampled_from([I, B, S, False])) for n in names}
+    schema = {"type": "object", "properties": props,
+              "required": [n for n in names if props[n] is not False and draw(st.booleans())]}
+    if draw(st.booleans()):
+        schema["minProperties"] = draw(st.integers(0, 3))
+    if draw(st.booleans()):
+        schema["maxProperties"] = draw(st.integers(0, 4))
+    if names and draw(st.booleans()):
+        schema["dependentRequired"] = {n: draw(st.lists(st.sampled_from(names + ["z"]), max_size=2, unique=True))
+                                       for n in draw(st.lists(st.sampled_from(names), max_size=2, unique=True))}
+    if draw(st.booleans()):
+        schema["patternProperties"] = dict(draw(st.lists(st.sampled_from([("^S_", I), ("^x-", B), ("^[0-9]+$", S)]),
+                                                         max_size=2, unique_by=lambda kv: kv[0])))
+    return schema
+
+
+@settings(max_examples=60, deadline=None)
+@given(schema=_counted_objects(), seed=st.integers(0, 1000))
+def test_random_counted_objects_are_exact(schema, seed):
+    try:
+        node = schema_node(schema, OPTIONS)
+    except SchemaError as e:
+        assert "no value satisfies" in str(e) or "cannot be kept distinct" in str(e), str(e)
+        return
+    validator = jsonschema.Draft202012Validator(dict(schema, additionalProperties=False))
+    for value in itertools.chain(_objects(schema, seed, 300), [{}]):
+        if not _written_order(schema, value) or len(set(value) - set(schema["properties"])) > 3:
+            continue
+        text = json.dumps(value, separators=(",", ":")).encode()
+        assert node_accepts(node, text) == validator.is_valid(value), (value, validator.is_valid(value))

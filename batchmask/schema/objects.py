@@ -222,7 +222,8 @@ def _chain(members: list, free: list, lo: int, hi, deps: dict, schema: dict, ptr
         need |= more_need
         barred |= more_barred
     if need - set(index) or need & barred:
-        raise Empty(jp(ptr, kw), "a required property (or one its presence requires) can never be present")
+        dkw = next((k for k in ("dependentRequired", "dependencies") if k in schema), "required")
+        raise Empty(jp(ptr, dkw), "a required property (or one its presence requires) can never be present")
     if free and lo - len(need) >= 2:
         ctx.fail(jp(ptr, "minProperties"), f"minProperties {lo} needs at least {lo - len(need)} free keys, which "
                  "cannot be kept distinct: only a minimum that one free key reaches is supported")
@@ -274,5 +275,6 @@ def _chain(members: list, free: list, lo: int, hi, deps: dict, schema: dict, ptr
 
     body = tail(0, 0, frozenset(), frozenset())
     if body is None:
-        raise Empty(jp(ptr, kw), f"no object of these properties meets {kw!r}")
+        said = [k for k in ("minProperties", "maxProperties", "dependentRequired", "dependencies") if k in schema]
+        raise Empty(jp(ptr, kw), f"no object of these properties meets {', '.join(said) or kw}")
     return seq(lit(b"{"), body, lit(b"}"))
