@@ -171,7 +171,7 @@ def closed(schema):
         return schema
     out = {k: (closed(v) if k in ("items", "anyOf", "oneOf", "allOf", "prefixItems", "not") else v)
            for k, v in schema.items()}
-    for k in ("properties", "$defs", "definitions"):
+    for k in ("properties", "patternProperties", "$defs", "definitions"):
         if k in schema:
             out[k] = {p: closed(v) for p, v in schema[k].items()}
     if isinstance(schema.get("additionalProperties"), dict) and "properties" not in schema:    # a map: its values

@@ -141,7 +141,8 @@ def format_patterns(options) -> dict[str, str]:
 TYPE_WORDS = {"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern",
               "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "items", "prefixItems",
               "minItems", "maxItems", "uniqueItems", "additionalItems", "properties", "required",
-              "additionalProperties", "unevaluatedProperties"}
+              "additionalProperties", "unevaluatedProperties", "patternProperties", "propertyNames",
+              "minProperties", "maxProperties", "dependentRequired", "dependencies"}
 
 
 def any_schema(options, depth: int) -> dict:
@@ -165,21 +166,31 @@ def explicit(schema, options):
         return any_schema(options, options.any_depth)
     if not isinstance(schema, dict):
         return schema
+    if set(schema) & COUNTING and schema.get("properties") \
+            and set(schema["properties"]) != set(schema.get("required", [])):
+        return {"anyOf": [explicit(b, options) for b in _subset_branches(schema, options)]}
     out = {}
     for k, v in schema.items():
         if k in ("items", "anyOf", "oneOf", "allOf", "prefixItems", "not", "additionalItems"):
             v = explicit(v, options)
         elif k in ("properties", "$defs", "definitions"):
             v = {p: explicit(s, options) for p, s in v.items()}
+        elif k == "patternProperties":         # keys read as a string of that pattern is (capped, anchored)
+            v = _joined_patterns(v, options)
         out[k] = v
     types = schema.get("type")
     types = types if isinstance(types, list) else [types]
-    if isinstance(schema.get("additionalProperties"), dict) and "properties" not in schema:     # a map
-        # keys of at most max_string_length characters: as a pattern (llguidance has no propertyNames)
-        out["patternProperties"] = {"^[\\s\\S]{0,%d}$" % options.max_string_length:
+    out.pop("propertyNames", None)             # llguidance has none: written as the keys' pattern below
+    if isinstance(schema.get("additionalProperties"), dict) and "properties" not in schema \
+            and "patternProperties" not in schema:                                              # a map
+        # keys of at most max_string_length characters, or propertyNames: as a pattern
+        out["patternProperties"] = {names_pattern(schema.get("propertyNames", {}), options):
                                     explicit(schema["additionalProperties"], options)}
         out["additionalProperties"] = False
-        out["maxProperties"] = options.max_items
+        out["maxProperties"] = schema.get("maxProperties", max(options.max_items, schema.get("minProperties", 0)))
+    elif "patternProperties" in schema and not schema.get("properties"):                       # a pattern map
+        out["additionalProperties"] = False
+        out["maxProperties"] = schema.get("maxProperties", max(options.max_items, schema.get("minProperties", 0)))
     elif "object" in types or "properties" in schema:
         out["additionalProperties"] = False
     if ("string" in types or "minLength" in schema) and "maxLength" not in schema and "format" not in schema \
@@ -195,6 +206,53 @@ def explicit(schema, options):
     elif "pattern" in schema:
         out["pattern"] = capped_pattern(schema["pattern"], schema.get("maxLength", options.repeat_cap),
                                         schema.get("maxLength", options.max_string_length))
+    return out
+
+
+def _joined_patterns(patterns: dict, options) -> dict:
+    """Patterns of equal schemas as one alternation (llguidance wants patternProperties disjoint)."""
+    groups: dict = {}
+    for p, sub in patterns.items():
+        body = capped_pattern(p, options.repeat_cap, options.max_string_length)[1:-1]    # drop ^ and $
+        groups.setdefault(json.dumps(sub, sort_keys=True), (sub, []))[1].append(body)
+    return {"^(?:%s)$" % "|".join(bodies): explicit(sub, options) for sub, bodies in groups.values()}
+
+
+COUNTING = {"minProperties", "maxProperties", "dependentRequired", "dependencies"}
+
+
+def names_pattern(names: dict, options) -> str:
+    """propertyNames as the pattern of its keys, for the forms the tests use: a pattern, an enum, lengths."""
+    if "pattern" in names:
+        return capped_pattern(names["pattern"], options.repeat_cap, options.max_string_length)
+    if "enum" in names:
+        return "^(?:%s)$" % "|".join(re.escape(v) for v in names["enum"] if isinstance(v, str))
+    return "^[\\s\\S]{%d,%d}$" % (names.get("minLength", 0), names.get("maxLength", options.max_string_length))
+
+
+def _subset_branches(schema: dict, options) -> list[dict]:
+    """An object of declared properties with counts or dependencies, as one branch per set of present properties
+    (each branch's properties all required: llguidance counts properties only so), the free-key keywords kept."""
+    props, required = schema["properties"], set(schema.get("required", []))
+    deps = {**{k: v for k, v in schema.get("dependencies", {}).items() if isinstance(v, list)},
+            **schema.get("dependentRequired", {})}
+    optional = [p for p in props if p not in required]
+    lo, hi = schema.get("minProperties", 0), schema.get("maxProperties")
+    free = bool(schema.get("patternProperties"))
+    out = []
+    for mask in range(1 << len(optional)):
+        present = required | {p for i, p in enumerate(optional) if mask >> i & 1}
+        if any(a in present and not set(b) <= present for a, b in deps.items()):
+            continue
+        n = len(present)
+        if (hi is not None and n > hi) or (not free and n < lo):
+            continue
+        branch = {k: v for k, v in schema.items() if k not in COUNTING | {"properties", "required"}}
+        branch.update(type="object", properties={p: s for p, s in props.items() if p in present},
+                      required=[p for p in props if p in present], additionalProperties=False)
+        if free:
+            branch.update(minProperties=lo, maxProperties=hi if hi is not None else n + options.max_items)
+        out.append(branch)
     return out
 
 

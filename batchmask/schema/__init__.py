@@ -8,6 +8,8 @@ the jsonschema library.
     base.py         keyword sets (supported, refused, annotations), SchemaOptions (the caps), the walk's context
     siblings.py     keywords beside anyOf/oneOf moved into each branch, where that is exact
     types.py        one builder per JSON type (string, integer, number, boolean, null, array, object)
+    objects.py      objects: properties, patternProperties, maps, propertyNames, min/maxProperties, dependentRequired
+    overlap.py      whether two key languages are disjoint (patternProperties)
     numbers.py      exact integer and number ranges as digit automata
     strings.py      JSON characters from a set of code points, and `format`s
     formats_net.py  ipv4, hostname, email, uri

@@ -17,7 +17,8 @@ KEYWORDS = {
     "string": {"minLength", "maxLength", "pattern", "format"},
     "number": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"},
     "array": {"items", "prefixItems", "minItems", "maxItems", "uniqueItems", "additionalItems"},
-    "object": {"properties", "required", "additionalProperties", "unevaluatedProperties"},
+    "object": {"properties", "required", "additionalProperties", "unevaluatedProperties", "patternProperties",
+               "propertyNames", "minProperties", "maxProperties", "dependentRequired", "dependencies"},
 }
 GENERAL = {"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$defs", "definitions"}
 CONTAINERS = {"$defs", "definitions"}
@@ -25,9 +26,8 @@ SUPPORTED = GENERAL.union(*KEYWORDS.values())
 # Keywords of JSON Schema (2020-12, and drafts 4-7 as real files spell them) that assert something the subset
 # cannot write exactly. strict mode refuses them, naming the keyword and its pointer; lenient mode (the default)
 # compiles without them where RELAXED says how, reports each (Relaxation), and finished values are validated.
-REFUSED = frozenset({"multipleOf", "not", "if", "then", "else", "minProperties", "maxProperties", "patternProperties",
-                     "dependentRequired", "dependentSchemas", "propertyNames", "contains", "minContains",
-                     "maxContains", "unevaluatedItems", "$dynamicRef", "dependencies", "$recursiveRef",
+REFUSED = frozenset({"multipleOf", "not", "if", "then", "else", "dependentSchemas", "contains", "minContains",
+                     "maxContains", "unevaluatedItems", "$dynamicRef", "$recursiveRef",
                      "nullable"})      # OpenAPI 3.0's "or null", which tool schemas written for it carry
 # What lenient mode writes instead of each keyword it cannot write exactly ("superset": values the keyword
 # would refuse can come out, and validation reports them; otherwise the language only narrows).

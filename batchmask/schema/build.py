@@ -328,9 +328,10 @@ def canonical_schema(schema):
     for k, v in schema.items():
         if is_annotation(k):
             continue
-        if k in ("properties", "$defs", "definitions") and isinstance(v, dict):
+        if k in ("properties", "patternProperties", "$defs", "definitions") and isinstance(v, dict):
             v = {name: canonical_schema(s) for name, s in v.items()}
-        elif k in ("items", "additionalProperties", "additionalItems", "unevaluatedProperties", "not"):
+        elif k in ("items", "additionalProperties", "additionalItems", "unevaluatedProperties", "not",
+                   "propertyNames"):
             v = [canonical_schema(s) for s in v] if isinstance(v, list) else canonical_schema(v)
         elif k in ("prefixItems", "anyOf", "oneOf", "allOf") and isinstance(v, list):
             v = [canonical_schema(s) for s in v]

@@ -15,8 +15,8 @@ them here (`to_2020_12`), once, into the keywords that validator defines:
 OpenAI's strict mode) as `unevaluatedProperties: false` on every value position whose schema declares an object
 shape, in place or through allOf/anyOf/oneOf/$ref: `unevaluatedProperties` sees properties declared by those
 in-place branches, where `additionalProperties: false` on each branch would refuse the others' properties. A
-schema that says `additionalProperties`, `patternProperties` or `unevaluatedProperties` itself keeps its own
-reading.
+schema that says `additionalProperties` or `unevaluatedProperties` itself keeps its own reading (a
+`patternProperties` key is evaluated, so it stays allowed).
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ VALUE_MAP = ("properties", "patternProperties")
 INPLACE_ONE = ("not", "if", "then", "else")
 INPLACE_LIST = ("allOf", "anyOf", "oneOf")
 INPLACE_MAP = ("dependentSchemas", "$defs", "definitions")
-OPENERS = ("additionalProperties", "patternProperties", "unevaluatedProperties")
+OPENERS = ("additionalProperties", "unevaluatedProperties")
 
 
 def to_2020_12(schema, root: bool = True):
@@ -102,7 +102,7 @@ def _shape(s, root, refs: set):
     if any(k in s for k in OPENERS):
         return "open"
     t = s.get("type")
-    found = "properties" in s or t == "object" or (isinstance(t, list) and "object" in t)
+    found = "properties" in s or "patternProperties" in s or t == "object" or (isinstance(t, list) and "object" in t)
     branches = [b for k in INPLACE_LIST if isinstance(s.get(k), list) for b in s[k]]
     ref = s.get("$ref")
     if isinstance(ref, str) and ref.startswith("#") and ref not in refs:

@@ -16,6 +16,11 @@ by up to `free_cap` arbitrary characters; a branch without `^` is generated as t
 starts with the match: a free run before it could not be told from the match by the string automaton);
 `*`, `+` and `{m,}` repeat at most `repeat_cap` times (at least m). Each pattern character is one JSON
 character, written as JsonStr writes it (schema_strings.char_node), so the body is valid JSON string content.
+
+`search=True` reads a pattern the other way, for schema/overlap.py: a node holding *at least* every string
+`re.search` finds a match in (up to the caps), never fewer: up to `free_cap` free characters before a branch
+without `^` too, an optional newline after `$` (Python's `$` matches before a final one), and \\d \\w \\s
+outside negated classes widened to every character outside ASCII (Python's are Unicode; \\s also U+001C-U+001F).
 """
 from __future__ import annotations
 
@@ -44,8 +49,9 @@ Part = tuple[Node, int, int]            # node, min and max length in characters
 
 
 class _Parser:
-    def __init__(self, pattern: str, repeat_cap: int, free_cap: int):
+    def __init__(self, pattern: str, repeat_cap: int, free_cap: int, search: bool = False):
         self.s, self.i, self.repeat_cap, self.free_cap = pattern, 0, repeat_cap, free_cap
+        self.search, self.negated = search, False
 
     def peek(self) -> str | None:
         return self.s[self.i] if self.i < len(self.s) else None
@@ -71,9 +77,10 @@ class _Parser:
         return _alt_parts(branches)
 
     def branch(self, top: bool) -> Part:
-        end_anchor = False
+        end_anchor = start_anchor = False
         if top and self.peek() == "^":
             self.i += 1          # `^`: the value starts with the match, as it does without one (see the docstring)
+            start_anchor = True
         parts: list[Part] = []
         while (c := self.peek()) is not None and c not in "|)":
             if c == "$" and top and (self.i + 1 == len(self.s) or self.s[self.i + 1] == "|"):
@@ -90,6 +97,11 @@ class _Parser:
             # a value body must end at its closing quote, so a free run could only stand at the end; a value
             # that starts with the match still satisfies the pattern.
             node, hi = seq(node, JsonStr(0, self.free_cap)), hi + self.free_cap
+        if top and self.search:
+            if not start_anchor:
+                node, hi = seq(JsonStr(0, self.free_cap), node), hi + self.free_cap
+            if end_anchor:
+                node, hi = seq(node, alt(EMPTY, char_node([(0x0A, 0x0A)]))), hi + 1
         return node, lo, hi
 
     def atom(self) -> Part:
@@ -171,6 +183,8 @@ class _Parser:
             self.fail("pattern ends with a lone backslash", start)
         self.i += 1
         if c in _CLASS_ESCAPES:
+            if self.search and not self.negated:       # Python's are Unicode: their ASCII part, any other
+                return list(_CLASS_ESCAPES[c]) + ([(0x1C, 0x1F)] if c == "s" else []) + [(0x80, 0x10FFFF)]
             return list(_CLASS_ESCAPES[c])
         if c in _CHAR_ESCAPES:
             cp = _CHAR_ESCAPES[c]
@@ -195,6 +209,7 @@ class _Parser:
         negate = self.peek() == "^"
         if negate:
             self.i += 1
+        self.negated = negate          # a negated class complements the ASCII reading: already wider than Python's
         ranges: list[tuple[int, int]] = []
         first = True
         while True:
@@ -216,6 +231,7 @@ class _Parser:
                     self.fail("a range in a class runs backwards", dash)
                 item = [(item[0][0], other[0][0])]
             ranges.extend(item)
+        self.negated = False
         return complement(ranges) if negate else ranges
 
     def class_item(self) -> list[tuple[int, int]]:
@@ -232,6 +248,6 @@ def _alt_parts(parts: list[Part]) -> Part:
     return alt(*(p[0] for p in parts)), min(p[1] for p in parts), max(p[2] for p in parts)
 
 
-def pattern_node(pattern: str, repeat_cap: int, free_cap: int) -> Part:
+def pattern_node(pattern: str, repeat_cap: int, free_cap: int, search: bool = False) -> Part:
     """(node, min chars, max chars) for `pattern` (module docstring); PatternError outside the subset."""
-    return _Parser(pattern, repeat_cap, free_cap).top()
+    return _Parser(pattern, repeat_cap, free_cap, search).top()

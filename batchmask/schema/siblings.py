@@ -4,8 +4,8 @@
  == {"anyOf": [{"type": "string", "maxLength": 3}, {"type": "string", "pattern": "^[0-9]+$"}]}
 
 A value is valid when it meets the siblings and a branch (for oneOf: exactly one branch; a value that fails the
-siblings meets no moved branch either, so exclusivity is unchanged). Within one schema object keywords are
-a conjunction, except those that read each other: `properties` / `additionalProperties` /
+siblings meets no moved branch either, so exclusivity is unchanged). Within one schema object keywords are a
+conjunction, except those that read each other: `properties` / `patternProperties` / `additionalProperties` /
 `unevaluatedProperties` (which keys are "additional"), `items` / `prefixItems` / `additionalItems` (which items
 are "additional"). So a sibling moves into a branch when the branch does not name the same keyword, or names
 it with the same value; `type` lists meet (integer inside number); `required` lists join; bounds take the
@@ -24,7 +24,7 @@ from .base import Ctx, Empty, is_annotation
 from .base import ptr as jp
 from .json_values import json_equal
 
-GROUPS = ({"properties", "additionalProperties", "unevaluatedProperties"},
+GROUPS = ({"properties", "patternProperties", "additionalProperties", "unevaluatedProperties"},
           {"items", "prefixItems", "additionalItems"})
 
 

@@ -1,4 +1,4 @@
-"""The builders of each JSON type: string, integer, number, boolean, null, array, object."""
+"""The builders of each JSON type: string, integer, number, boolean, null, array, object (schema/objects.py)."""
 from __future__ import annotations
 
 import math
@@ -7,11 +7,12 @@ from fractions import Fraction
 
 from ..errors import SchemaError
 from ..grammar.nodes import JsonStr, Node, Repeat
-from .base import ITEMS_CEILING, LENGTH_CEILING, Ctx, Empty, count
+from .base import ITEMS_CEILING, LENGTH_CEILING, RELAXED, Ctx, Empty, count
 from .base import ptr as jp
-from .json_values import exact_number, json_literal
-from .nodes import alt, lit, opt, seq
+from .json_values import exact_number
+from .nodes import alt, lit, seq
 from .numbers import integer_node, number_node
+from .objects import object_node
 from .regex import PatternError, pattern_node
 from .strings import DEFINED_FORMATS, FORMATS, format_node
 
@@ -211,63 +212,27 @@ def _array(schema: dict, ptr: str, ctx: Ctx) -> Node:
     return seq(lit(b"["), tail(0))
 
 
+# What says that objects.py cannot write an object keyword exactly (rather than that the schema is wrong).
+_UNWRITTEN = ("not supported", "is supported", "may also match", "needs more than", "needs at least",
+              "matches pattern")
+
+
 def _object(schema: dict, ptr: str, ctx: Ctx) -> Node:
+    """schema/objects.py's object; lenient mode: without each object keyword it cannot write exactly (noted)."""
     inner = _enter(ptr, ctx)
-    props = schema.get("properties", {})
-    if not isinstance(props, dict):
-        ctx.fail(jp(ptr, "properties"), "'properties' must be an object")
-    required = schema.get("required", [])
-    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
-        ctx.fail(jp(ptr, "required"), "'required' must be a list of property names")
-    for i, r in enumerate(required):
-        if r not in props:
-            ctx.fail(jp(ptr, "required", i), f"required property {r!r} is not among 'properties' "
-                                               "(its value would be unconstrained)")
-        if required.index(r) != i:
-            ctx.fail(jp(ptr, "required", i), f"required property {r!r} is listed twice")
-    extra = schema.get("additionalProperties")
-    if extra is not None and not isinstance(extra, (bool, dict)):
-        ctx.fail(jp(ptr, "additionalProperties"), "'additionalProperties' must be a boolean or a schema")
-    if isinstance(extra, dict) and not props:
-        return _map(extra, ptr, ctx, inner)
-    if schema.get("unevaluatedProperties", False) is not False:
-        ctx.relax(jp(ptr, "unevaluatedProperties"), "unevaluatedProperties",
-                  "only 'unevaluatedProperties': false is supported")
-    members = []                                          # (required, key+value node), declared order
-    for name, sub in props.items():
-        need = name in required
+    while True:
         try:
-            value = ctx.build(sub, jp(ptr, "properties", name), inner)
-        except Empty:
-            if need:
+            return object_node(schema, ptr, ctx, inner)
+        except SchemaError as e:
+            where, _, why = str(e).removeprefix(f"{ctx.where}: ").partition(": ")
+            keyword = where[len(ptr):].split("/")[1] if where.startswith(ptr + "/") else None
+            if keyword == "additionalProperties" and "patternProperties" in why:
+                keyword = "patternProperties"                # its keys are the complement: the patterns go
+            if ctx.options.mode == "strict" or keyword not in RELAXED or keyword not in schema \
+                    or not any(h in why for h in _UNWRITTEN):
                 raise
-            continue                                      # an optional property no value fits: never present
-        members.append((need, seq(lit(json_literal(name) + ctx.key_sep), value)))
-    sep = lit(ctx.item_sep)
-    pieces = [seq(sep, kv) if need else opt(seq(sep, kv)) for need, kv in members]
-    # The first member present has no separator before it: one branch per candidate first member
-    # (optional ones up to the first required one), each followed by the shared pieces of the rest.
-    firsts = [lit(b"")] if not any(need for need, _ in members) else []
-    for j, (need, kv) in enumerate(members):
-        firsts.append(seq(kv, *pieces[j + 1:]))
-        if need:
-            break
-    return seq(lit(b"{"), alt(*firsts), lit(b"}"))
-
-
-def _map(values: dict, ptr: str, ctx: Ctx, inner: Ctx) -> Node:
-    """An object of free keys, each value of `values` (`additionalProperties` as a schema, no `properties`): up to
-    SchemaOptions.max_items entries, keys any JSON string of at most max_string_length characters. Keys are not
-    kept distinct (duplicate names are JSON, and a reader takes the last)."""
-    try:
-        value = ctx.build(values, jp(ptr, "additionalProperties"), inner)
-    except Empty:
-        return lit(b"{}")                                 # no value fits: only the empty object
-    key = seq(lit(b'"'), JsonStr(0, ctx.options.max_string_length), lit(b'"'), lit(ctx.key_sep))
-    entry = seq(key, value)
-    n = ctx.options.max_items
-    more = Repeat(seq(lit(ctx.item_sep), entry), 0, n - 1) if n > 1 else lit(b"")
-    return seq(lit(b"{"), alt(lit(b""), seq(entry, more)) if n > 0 else lit(b""), lit(b"}"))
+            ctx.relax(jp(ptr, keyword), keyword, why)
+            schema = {k: v for k, v in schema.items() if k != keyword}
 
 
 def any_node(ctx: Ctx, depth: int) -> Node:

@@ -1,0 +1,242 @@
+"""Object keywords beyond properties/required (issue 24): patternProperties, propertyNames, minProperties /
+maxProperties, dependentRequired and draft 7's `dependencies` lists.
+
+Each schema is walked token by token against llguidance (test_schema_oracle.walks_agree: propertyNames written as
+the keys' pattern, counted objects of declared properties as one branch per set of present properties), every
+finished value validated with jsonschema; then random values are checked both ways, for those schemas and for
+random ones (hypothesis): a value is in the language exactly when jsonschema accepts it (within the caps, keys in
+the written order); refusals name the keyword; and overlap.disjoint's proofs hold on every short string.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import re
+
+import jsonschema
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_schema_oracle import walks_agree
+
+from batchmask.schema.build import SchemaError, SchemaOptions, schema_node
+from batchmask.schema.nodes import lit, node_accepts, seq
+from batchmask.schema.overlap import disjoint
+from batchmask.schema.regex import pattern_node
+
+OPTIONS = SchemaOptions(max_items=3, max_string_length=6)
+I = {"type": "integer", "minimum": 0, "maximum": 9}
+B = {"type": "boolean"}
+S = {"type": "string", "maxLength": 2}
+
+CASES = [
+    {"type": "object", "patternProperties": {"^S_": I, "^x-": S}, "additionalProperties": False},
+    {"type": "object", "patternProperties": {"^[a-z]+$": I, "^[0-9]+$": B}},
+    {"type": "object", "patternProperties": {"^a": I, "^ab": I}, "maxProperties": 2},          # equal schemas
+    {"type": "object", "patternProperties": {"^n[0-9]$": I}, "minProperties": 1},
+    {"type": "object", "propertyNames": {"pattern": "^[a-c]+$"}, "additionalProperties": I},
+    {"type": "object", "propertyNames": {"enum": ["red", "green"]}, "additionalProperties": B, "maxProperties": 2},
+    {"type": "object", "propertyNames": {"maxLength": 2}, "additionalProperties": I, "minProperties": 1,
+     "maxProperties": 2},
+    {"type": "object", "properties": {"a": I, "b": B, "c": S}, "minProperties": 2},
+    {"type": "object", "properties": {"a": I, "b": B, "c": S, "d": I}, "required": ["a"], "maxProperties": 2},
+    {"type": "object", "properties": {"a": I, "b": B, "c": S}, "minProperties": 1, "maxProperties": 1},
+    {"type": "object", "properties": {"a": I, "b": B, "c": S}, "dependentRequired": {"c": ["a"], "a": ["b"]}},
+    {"type": "object", "properties": {"a": I, "b": B, "c": S}, "dependencies": {"b": ["c"]}, "minProperties": 1},
+    {"type": "object", "properties": {"id": I, "name": S}, "required": ["id"],
+     "patternProperties": {"^x-": B}, "maxProperties": 3},
+]
+
+
+@pytest.mark.parametrize("schema", CASES, ids=range(len(CASES)))
+def test_object_keywords_match_llguidance_and_validate(schema):
+    walks_agree(schema, OPTIONS, seed=5, max_finish=12)
+
+
+@pytest.mark.parametrize("case", [0, 5, 8, 12])
+def test_object_keywords_match_llguidance_on_llama2(case):
+    walks_agree(CASES[case], OPTIONS, name="llama2", seed=7, walks=4, max_finish=12)
+
+
+# --- both ways: in the language exactly when valid ----------------------------------------------------
+KEYS = ["a", "b", "c", "d", "id", "name", "S_1", "x-y", "ab", "n1", "red", "green", "7", "abc", "A", "x", "x5", "z",
+        "42", "S_"]
+VALUES = [0, 5, True, "", "zz", "long!"]
+
+
+def _objects(schema: dict, rng_seed: int, n: int):
+    """Random objects over the schema's declared names and a few others."""
+    import random
+    rng = random.Random(rng_seed)
+    for _ in range(n):
+        pool = list(schema.get("properties", {})) + rng.sample(KEYS, 3)
+        keys = list(dict.fromkeys(rng.sample(pool, rng.randint(0, min(4, len(pool))))))
+        yield {k: rng.choice(VALUES) for k in keys}
+
+
+def _written_order(schema: dict, value: dict) -> bool:
+    """Declared properties first, in declared order (the only order written)."""
+    declared = list(schema.get("properties", {}))
+    keys = list(value)
+    head = [k for k in keys if k in declared]
+    return keys[:len(head)] == head and head == [k for k in declared if k in value]
+
+
+BOTH_WAYS = CASES + [      # beyond what the walks' llguidance reference can state
+    {"type": "object", "properties": {"a": I, "bb": I}, "propertyNames": {"maxLength": 1}},
+    {"type": "object", "properties": {"a": I}, "patternProperties": {"^x[0-9]?$": I, "^7$": B},
+     "propertyNames": {"maxLength": 2}, "maxProperties": 2},
+    {"type": "object", "properties": {"a": I, "b": B}, "dependentRequired": {"a": ["c"], "b": ["a"]},
+     "patternProperties": {"^n": S}},
+]
+
+
+@pytest.mark.parametrize("schema", BOTH_WAYS, ids=range(len(BOTH_WAYS)))
+def test_in_the_language_exactly_when_valid(schema):
+    node = schema_node(schema, OPTIONS)
+    judged = {("dependentRequired" if k == "dependencies" else k): v for k, v in schema.items()}   # 2020-12's name
+    if "patternProperties" in schema or "properties" in schema:
+        judged.setdefault("additionalProperties", False)            # batchmask's objects are closed
+    validator = jsonschema.Draft202012Validator(judged)
+    seen = 0
+    for value in itertools.chain(_objects(schema, 1, 3000), [{}]):
+        if not _written_order(schema, value) or len(set(value) - set(schema.get("properties", {}))) > 3:
+            continue                  # another order, or more free keys than max_items
+        text = json.dumps(value, separators=(",", ":")).encode()
+        valid = validator.is_valid(value)
+        assert node_accepts(node, text) == valid, (value, valid)
+        seen += valid
+    assert seen >= 3                  # the sample reaches the language
+
+
+# --- refusals -------------------------------------------------------------------------------------------
+REFUSALS = [
+    ({"type": "object", "patternProperties": {"^a": I, "b": B}}, "#/patternProperties/b",
+     "keys of pattern '^a' may also match pattern 'b'"),
+    ({"type": "object", "patternProperties": {"^[a-z]+$": I, "^x": B}}, "#/patternProperties/^x", "may also match"),
+    ({"type": "object", "patternProperties": {"^a": I}, "additionalProperties": B}, "#/additionalProperties",
+     "beside 'patternProperties' is not supported"),
+    ({"type": "object", "properties": {"ab": I}, "patternProperties": {"^a": B}}, "#/patternProperties/^a",
+     "property 'ab' matches pattern '^a'"),
+    ({"type": "object", "properties": {"ab": I}, "patternProperties": {"^a": I}}, "#/patternProperties/^a",
+     "a pattern key could repeat it"),
+    ({"type": "object", "properties": {"xa": False}, "patternProperties": {"^x": I}}, "#/patternProperties/^x",
+     "property 'xa' matches pattern '^x'"),                        # a pattern key must not write it either
+    ({"type": "object", "patternProperties": {"(?=a)": I}}, "#/patternProperties/(?=a)", "only (?:...) groups"),
+    ({"type": "object", "additionalProperties": I, "minProperties": 2}, "#/minProperties",
+     "cannot be kept distinct"),
+    ({"type": "object", "properties": {"a": I}, "patternProperties": {"^x": I}, "minProperties": 3},
+     "#/minProperties", "needs at least 3 free keys"),
+    ({"type": "object", "propertyNames": {"pattern": "^a"}, "patternProperties": {"^b": I}}, "#/propertyNames",
+     "with a pattern of its own"),
+    ({"type": "object", "properties": {"a": I}, "dependencies": {"a": {"required": ["b"]}}}, "#/dependencies/a",
+     "'dependencies' with a schema (dependentSchemas) is not supported"),
+    ({"type": "object", "properties": {"a": I}, "dependentRequired": {"a": "b"}}, "#/dependentRequired/a",
+     "must be lists of property names"),
+    ({"type": "object", "patternProperties": {"^x": I}, "dependentRequired": {"xy": ["z"]}}, "#/dependentRequired",
+     "'xy', which a free key may be"),
+    ({"type": "object", "properties": {"a": I}, "dependentSchemas": {"a": I}}, "#/dependentSchemas",
+     "keyword 'dependentSchemas' is not supported"),
+]
+
+
+@pytest.mark.parametrize("schema,pointer,says", REFUSALS, ids=range(len(REFUSALS)))
+def test_refusals_name_the_keyword(schema, pointer, says):
+    with pytest.raises(SchemaError) as e:
+        schema_node(schema, OPTIONS)
+    assert str(e.value).startswith(f"<schema>: {pointer}: "), str(e.value)
+    assert says in str(e.value)
+
+
+def test_the_chain_of_many_properties_is_refused_past_its_states():
+    props = {f"p{i}": I for i in range(30)}
+    deps = {f"p{i}": [f"p{i + 15}"] for i in range(15)}          # 2^15 sets of properties owed
+    with pytest.raises(SchemaError, match=re.escape("needs more than 4096 states")):
+        schema_node({"type": "object", "properties": props, "dependentRequired": deps}, OPTIONS)
+
+
+def test_unsatisfiable_counts_and_dependencies_say_so():
+    for schema in [{"type": "object", "properties": {"a": I}, "minProperties": 2},
+                   {"type": "object", "properties": {"a": I}, "required": ["a"], "dependentRequired": {"a": ["z"]}},
+                   {"type": "object", "properties": {"a": I}, "minProperties": 2, "maxProperties": 1}]:
+        with pytest.raises(SchemaError, match="no value satisfies"):
+            schema_node(schema, OPTIONS)
+
+
+def test_keywords_that_say_nothing_leave_the_plain_object():
+    plain = {"type": "object", "properties": {"a": I, "b": B}, "required": ["b"]}
+    same = dict(plain, minProperties=0, dependentRequired={}, dependencies={"a": []}, patternProperties={})
+    assert schema_node(same, OPTIONS) == schema_node(plain, OPTIONS)
+    assert schema_node(dict(plain, minProperties=1), OPTIONS) != schema_node(plain, OPTIONS)
+
+
+# --- overlap.disjoint: a proof holds on every short string --------------------------------------------
+ATOMS = ["a", "b", "1", "-", "[ab]", "[^a]", "\\d", "\\w", ".", "a*", "b+", "(?:a|1)", "[0-9]?", "\\s"]
+ALPHABET = "ab1 é٣\n\u2003"            # Python's \d holds ٣, its \w é, its \s U+2003; $ matches before a last \n
+
+
+@st.composite
+def _patterns(draw):
+    body = "".join(draw(st.lists(st.sampled_from(ATOMS), min_size=1, max_size=3)))
+    return ("^" if draw(st.booleans()) else "") + body + ("$" if draw(st.booleans()) else "")
+
+
+STRINGS = ["".join(p) for n in range(5) for p in itertools.product(ALPHABET, repeat=n)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(p=_patterns(), q=_patterns())
+def test_disjoint_is_never_wrong(p, q):
+    """When disjoint() proves the keys of p apart from every string re.search(q) matches, no short key of p
+    matches q (an overlap it reports may be only its widening's)."""
+    key = seq(lit(b'"'), pattern_node(p, repeat_cap=3, free_cap=3)[0], lit(b'"'))
+    wide = seq(lit(b'"'), pattern_node(q, repeat_cap=3, free_cap=3, search=True)[0], lit(b'"'))
+    if disjoint(key, wide) is True:
+        for s in STRINGS:
+            if node_accepts(key, json.dumps(s, ensure_ascii=False).encode()):
+                assert re.search(q, s) is None, (p, q, s)
+
+
+def test_disjoint_separates_the_usual_patterns():
+    def apart(p, q):
+        key = seq(lit(b'"'), pattern_node(p, 16, 6)[0], lit(b'"'))
+        return disjoint(key, seq(lit(b'"'), pattern_node(q, 16, 6, search=True)[0], lit(b'"')))
+    assert apart("^S_", "^x-") and apart("^[a-z]+$", "^[0-9]+$") and apart("^\\d+$", "^[a-z]")
+    assert apart("^a.*z$", "^a.*y$") and apart("^[a-z]+$", "\\d")
+    assert apart("^foo", "bar") is False and apart("^\\d", "^[^a]") is False and apart("^a", "^\\w") is False
+
+
+# --- random object schemas, both ways ------------------------------------------------------------------
+@st.composite
+def _counted_objects(draw):
+    names = draw(st.lists(st.sampled_from(["a", "b", "c", "d", "id"]), min_size=0, max_size=4, unique=True))
+    props = {n: draw(st.sampled_from([I, B, S, False])) for n in names}
+    schema = {"type": "object", "properties": props,
+              "required": [n for n in names if props[n] is not False and draw(st.booleans())]}
+    if draw(st.booleans()):
+        schema["minProperties"] = draw(st.integers(0, 3))
+    if draw(st.booleans()):
+        schema["maxProperties"] = draw(st.integers(0, 4))
+    if names and draw(st.booleans()):
+        schema["dependentRequired"] = {n: draw(st.lists(st.sampled_from(names + ["z"]), max_size=2, unique=True))
+                                       for n in draw(st.lists(st.sampled_from(names), max_size=2, unique=True))}
+    if draw(st.booleans()):
+        schema["patternProperties"] = dict(draw(st.lists(st.sampled_from([("^S_", I), ("^x-", B), ("^[0-9]+$", S)]),
+                                                         max_size=2, unique_by=lambda kv: kv[0])))
+    return schema
+
+
+@settings(max_examples=60, deadline=None)
+@given(schema=_counted_objects(), seed=st.integers(0, 1000))
+def test_random_counted_objects_are_exact(schema, seed):
+    try:
+        node = schema_node(schema, OPTIONS)
+    except SchemaError as e:
+        assert "no value satisfies" in str(e) or "cannot be kept distinct" in str(e), str(e)
+        return
+    validator = jsonschema.Draft202012Validator(dict(schema, additionalProperties=False))
+    for value in itertools.chain(_objects(schema, seed, 300), [{}]):
+        if not _written_order(schema, value) or len(set(value) - set(schema["properties"])) > 3:
+            continue
+        text = json.dumps(value, separators=(",", ":")).encode()
+        assert node_accepts(node, text) == validator.is_valid(value), (value, validator.is_valid(value))
