@@ -30,8 +30,9 @@ GORILLA_TO_OPENAPI = {
     "Stack": "array", "Any": "string", "String": "string", "Bigint": "integer",
 }
 JSON_TYPES = {"object", "array", "string", "number", "integer", "boolean"}
-DATA_ERRORS = {"parallel_29": "required property 'adults' is not among 'properties'",
-               "live_simple_71-35-0": "no value of 'enum' satisfies"}
+# (parallel_29 requires 'adults', which its properties do not declare: JSON Schema gives it any value, and so does
+# the compile now.)
+DATA_ERRORS = {"live_simple_71-35-0": "no value of 'enum' satisfies"}
 
 
 def reference(schema: dict) -> dict:

@@ -337,7 +337,7 @@ def test_bad_tools_of_one_task_end_the_run_naming_it_before_anything_is_written(
     assert cli(files, out, tasks="bad2.jsonl", cache=tmp_path) == 2
     assert "bad2.jsonl line 1: \"tools\" must be" in capsys.readouterr().err and not out.exists()
     bad = [{"task": "t"}, {"task": "u", "schema": {"type": "object", "properties": {"a": {"type": "string",
-                                                                                        "dependentSchemas": {}}}}}]
+                                                                                        "minLength": -1}}}}]
     (files / "bad3.jsonl").write_text("\n".join(json.dumps(r) for r in bad) + "\n")
     assert cli(files, out, tasks="bad3.jsonl", cache=tmp_path) == 2
     err = capsys.readouterr().err.strip().splitlines()

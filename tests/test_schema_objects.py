@@ -24,7 +24,7 @@ from batchmask.schema.nodes import lit, node_accepts, seq
 from batchmask.schema.overlap import disjoint
 from batchmask.schema.regex import pattern_node
 
-OPTIONS = SchemaOptions(max_items=3, max_string_length=6)
+OPTIONS = SchemaOptions(max_items=3, max_string_length=6, mode="strict")
 I = {"type": "integer", "minimum": 0, "maximum": 9}
 B = {"type": "boolean"}
 S = {"type": "string", "maxLength": 2}

@@ -89,7 +89,8 @@ class SchemaOptions:
     exponent_digits     exponent digits of numbers without any bound (bounded: no exponent)  2
     max_items           maxItems of an array without one (a larger minItems wins); entries   16
                         of a map (additionalProperties a schema, no properties)
-    max_depth           nesting of arrays and objects inside one value (the value itself is 1) 8
+    max_depth           nesting of arrays and objects inside one value (the value itself is 1) 32
+                        (recursion stops at ref_depth first; real schemas nest 10-20 deep)
     ref_depth           times one $ref may expand inside itself (recursion is unrolled;
                         past it, optional branches that recurse are left out)                 3
     repeat_cap          repetitions of *, + and {m,} in a pattern (maxLength when given)      16
@@ -105,7 +106,7 @@ class SchemaOptions:
     fraction_digits: int = 6
     exponent_digits: int = 2
     max_items: int = 16
-    max_depth: int = 8
+    max_depth: int = 32
     ref_depth: int = 3
     repeat_cap: int = 16
     any_depth: int = 1

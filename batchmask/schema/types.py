@@ -212,6 +212,22 @@ def _array(schema: dict, ptr: str, ctx: Ctx) -> Node:
     return seq(lit(b"["), tail(0))
 
 
+def _declare_required(schema: dict, ptr: str) -> dict:
+    """A required name `properties` does not declare is a property all the same, of the schema the specification
+    gives it: `additionalProperties` (absent or true: any value; false: no object at all)."""
+    props, required = schema.get("properties", {}), schema.get("required", [])
+    if not isinstance(props, dict) or not isinstance(required, list) or schema.get("patternProperties"):
+        return schema
+    missing = [r for r in required if isinstance(r, str) and r not in props]
+    if not missing:
+        return schema
+    extra = schema.get("additionalProperties", True)
+    if extra is False:
+        raise Empty(jp(ptr, "required"), f"required property {missing[0]!r} is not among 'properties' and "
+                                          "'additionalProperties' is false")
+    return {**schema, "properties": {**props, **{r: extra for r in missing}}}
+
+
 # What says that objects.py cannot write an object keyword exactly (rather than that the schema is wrong).
 _UNWRITTEN = ("not supported", "is supported", "may also match", "needs more than", "needs at least",
               "matches pattern")
@@ -220,6 +236,7 @@ _UNWRITTEN = ("not supported", "is supported", "may also match", "needs more tha
 def _object(schema: dict, ptr: str, ctx: Ctx) -> Node:
     """schema/objects.py's object; lenient mode: without each object keyword it cannot write exactly (noted)."""
     inner = _enter(ptr, ctx)
+    schema = _declare_required(schema, ptr)
     while True:
         try:
             return object_node(schema, ptr, ctx, inner)
