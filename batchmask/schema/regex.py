@@ -12,7 +12,9 @@ U+2028 and U+2029):
 Anything else (backreferences, lookaround, \\b, \\D \\W \\S, flags, possessive quantifiers) is refused.
 
 The generated body always satisfies the pattern as `re.search` reads it. A branch without `$` may be followed
-by up to `free_cap` arbitrary characters; a branch without `^` is generated as though it had one (the value
+by arbitrary characters, up to `free_cap` characters in all, and its last quantified part is written at its
+minimum (re.search's reading: S{m,n} then anything is S{m} then anything, without the ambiguity of where the
+repetition ends); a branch without `^` is generated as though it had one (the value
 starts with the match: a free run before it could not be told from the match by the string automaton);
 `*`, `+` and `{m,}` repeat at most `repeat_cap` times (at least m). Each pattern character is one JSON
 character, written as JsonStr writes it (schema_strings.char_node), so the body is valid JSON string content.
@@ -52,6 +54,7 @@ class _Parser:
     def __init__(self, pattern: str, repeat_cap: int, free_cap: int, search: bool = False):
         self.s, self.i, self.repeat_cap, self.free_cap = pattern, 0, repeat_cap, free_cap
         self.search, self.negated = search, False
+        self.times = None                 # the minimum of the quantifier `quantified` read last (None: none)
 
     def peek(self) -> str | None:
         return self.s[self.i] if self.i < len(self.s) else None
@@ -82,6 +85,7 @@ class _Parser:
             self.i += 1          # `^`: the value starts with the match, as it does without one (see the docstring)
             start_anchor = True
         parts: list[Part] = []
+        last = None                                       # (atom, m) of the last part, if a quantifier made it
         while (c := self.peek()) is not None and c not in "|)":
             if c == "$" and top and (self.i + 1 == len(self.s) or self.s[self.i + 1] == "|"):
                 end_anchor, self.i = True, self.i + 1
@@ -89,14 +93,24 @@ class _Parser:
             if c in "^$":
                 self.fail(f"anchor {c!r} is supported only at the start (^) or end ($) of the pattern or of a "
                           "top-level branch")
-            parts.append(self.quantified(self.atom()))
+            atom = self.atom()
+            parts.append(self.quantified(atom))
+            last = (atom, self.times) if self.times is not None else None
+        if top and not end_anchor and not self.search and last is not None and parts[-1][2] > last[0][2] * last[1]:
+            # re.search: a match that ends in S{m,n} may be followed by anything, so S{m} then the free run is the
+            # same language, and one reading of it (where the repetition ends is not the automaton's to track)
+            (node, lo, hi), m = last
+            parts[-1] = (EMPTY if m == 0 else node if m == 1 else Repeat(node, m, m)), lo * m, hi * m
         node = seq(*(p[0] for p in parts)) if parts else EMPTY
         lo, hi = sum(p[1] for p in parts), sum(p[2] for p in parts)
         if top and not end_anchor:
-            # Free characters may follow the match (re.search's reading). None precede it, even without `^`:
-            # a value body must end at its closing quote, so a free run could only stand at the end; a value
-            # that starts with the match still satisfies the pattern.
-            node, hi = seq(node, JsonStr(0, self.free_cap)), hi + self.free_cap
+            # Free characters may follow the match (re.search's reading), up to free_cap characters in all (a
+            # branch whose longest match passes free_cap: after its shortest, as before). None
+            # precede it, even without `^`: a value body must end at its closing quote, so a free run could only
+            # stand at the end; a value that starts with the match still satisfies the pattern.
+            tail = self.free_cap - (hi if hi <= self.free_cap else lo)   # a match past the cap: a tail still
+            tail = max(0, tail)
+            node, hi = seq(node, JsonStr(0, tail)), hi + tail
         if top and self.search:
             if not start_anchor:
                 node, hi = seq(JsonStr(0, self.free_cap), node), hi + self.free_cap
@@ -136,7 +150,9 @@ class _Parser:
         return node, 1, 1
 
     def quantified(self, part: Part) -> Part:
+        """`part` under the quantifier that follows, if any (self.times: its minimum, else None)."""
         c, start = self.peek(), self.i
+        self.times = None
         if c is None or c not in "*+?{":
             return part
         self.i += 1
@@ -165,6 +181,7 @@ class _Parser:
         if self.peek() is not None and self.peek() in "*+{":
             self.fail("a quantifier cannot follow a quantifier")
         node, lo, hi = part
+        self.times = m
         if n == 0:
             return EMPTY, 0, 0
         if lo * m > LENGTH_CEILING:
