@@ -289,9 +289,10 @@ def _format_arg(p):
 def _schema_mode_arg(p):
     """The grammar's reading of typed tools' schemas (docs/json-schema.md)."""
     p.add_argument("--schema-mode", choices=("lenient", "strict"), default="lenient",
-                   help="a schema keyword the grammar cannot write exactly (uniqueItems, not, an overlapping oneOf, "
-                        "...): lenient (default) compiles the nearest superset, warns once per keyword and "
-                        "validates each finished call; strict refuses the tool file, naming keyword and pointer")
+                   help="what a schema keyword the grammar cannot write exactly (uniqueItems, not, an overlapping "
+                        "oneOf, ...) does (default %(default)s): lenient compiles the nearest superset, warns once "
+                        "per keyword and validates each finished call; strict refuses the tool file, naming keyword "
+                        "and pointer")
 
 
 def _system_arg(p):
