@@ -173,3 +173,17 @@ def test_compile_command_follows_schema_mode(tmp_path, capsys):
         assert main(["compile", "--tools", str(tools), "--format", "json"]) == 0
     err = capsys.readouterr().err
     assert "batchmask: warning: " in err and "#/properties/tags/uniqueItems: 'uniqueItems'" in err, err
+
+
+def test_a_finished_call_outside_the_schema_is_recorded_invalid_naming_why():
+    """What a run does with each finished call (batchmask.tools.prompt.parse_call): a lenient superset's value that
+    the schema refuses comes back as an error naming the pointer and the keyword's failure, not as a call."""
+    from batchmask.tools.prompt import parse_call
+    from batchmask.tools.registry import ToolRegistry
+    registry = ToolRegistry.from_obj([{"type": "function", "function": {"name": "tag", "parameters": {
+        "type": "object", "required": ["tags"],
+        "properties": {"tags": {"type": "array", "items": {"enum": ["a", "b"]}, "uniqueItems": True}}}}}])
+    call, why = parse_call('{"name":"tag","arguments":{"tags":["a","a"]}}', registry, format="json")
+    assert call is None and "tool 'tag', arguments at #/tags: " in why and "non-unique" in why, why
+    call, why = parse_call('{"name":"tag","arguments":{"tags":["a","b"]}}', registry, format="json")
+    assert why is None and call["arguments"] == {"tags": ["a", "b"]}
