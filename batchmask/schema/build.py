@@ -6,8 +6,10 @@ schema (jsonschema, formats checked), and within the documented caps (SchemaOpti
 value is missing, except where docs/json-schema.md says the language is narrowed (additional
 properties and items are never generated; `type` is inferred from the keywords when absent).
 Every keyword is supported, ignored as an annotation (ANNOTATIONS, and any keyword JSON Schema does not define:
-base.is_annotation), or refused with a SchemaError
-that names the tool (`where`) and the JSON pointer of the keyword: a keyword that asserts is never silently ignored.
+base.is_annotation), or one the automaton cannot write exactly (base.REFUSED, and combinations the builders
+find): strict mode refuses it with a SchemaError that names the tool (`where`) and the JSON pointer of the
+keyword; lenient mode writes it as base.RELAXED says and notes it (Ctx.relax; `report` hands the notes to the
+compile, which keeps them in CompiledGrammar.relaxations). A keyword that asserts is never silently ignored.
 
 Values serialise as json.dumps(..., ensure_ascii=False, separators=separators) writes them, with one
 difference: U+007F is written \\u007f, as every string body here (JsonStr) writes it.
