@@ -12,6 +12,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..automaton.nfa import GrammarBuildError
+
+# (state, token) moves the explicit states may have, at most (each is simulated, then grouped, at a few
+# million a second): past it the compile would take minutes, so it is refused instead (JSONSchemaBench's that
+# compile have at most ~13M)
+MAX_PAIRS = 16_000_000
+
 
 @dataclass
 class Level:
@@ -83,8 +90,16 @@ def walk(trie: VocabTrie, delta: np.ndarray, byte_class: np.ndarray, src: np.nda
     ok = (after >= 0) & (node >= 0)
     who, node, cur = src[ok], node[ok], after[ok].astype(wide)
     out_src, out_tok, out_next = [], [], []
+    found = 0
     for d, lv in enumerate(trie.levels):
         n = lv.end_n[node]                                     # the tokens spelled by these prefixes end here
+        found += int(n.sum())
+        if found > MAX_PAIRS:
+            states = len(np.unique(src))
+            raise GrammarBuildError(
+                f"grammar: more than {MAX_PAIRS} (state, token) moves out of its {states} explicit states (states "
+                "where thousands of tokens are legal, many of them: a string whose alternatives stay open side by "
+                "side, such as pattern alternatives, written out again for every array item and property)")
         out_tok.append(lv.end_tok[_spread(lv.end_at[node], n)])
         out_src.append(np.repeat(who, n))
         out_next.append(np.repeat(cur, n))
