@@ -97,11 +97,12 @@ class _Subsets:
                 if j not in self._exit_moves:
                     self._exit_moves[j] = dict(self.set_moves(nfa.closure(nfa.next[j])))
                 exit_moves = self._exit_moves[j]
-            for c in range(self.num_classes):
-                b = self.rep[c]
-                q2 = int(vt.table[q, b])
-                n2 = n + int(vt.inc[q, b])
-                tgt = ((j, n2, q2),) if stays_ok(vt, n2, q2, hi) else ()
+            q2s = vt.table[q, self.rep]                                  # every class at once
+            n2s = n + vt.inc[q, self.rep]
+            stays = np.flatnonzero(stays_ok(vt, n2s, q2s, hi)).tolist()
+            inside = dict(zip(stays, zip(n2s[stays].tolist(), q2s[stays].tolist())))
+            for c in sorted(inside.keys() | exit_moves.keys()):
+                tgt = ((j,) + inside[c],) if c in inside else ()
                 if c in exit_moves:
                     tgt = tgt + exit_moves[c]
                 if tgt:
