@@ -42,6 +42,7 @@ class NFA:
         self.utf8 = utf8
         self.runs = runs             # wide Repeats of small byte items as value blocks (automaton/runs.py)
         self.runs_made = 0
+        self.limit = MAX_NFA         # states at most; several trees in one NFA: MAX_NFA more each (tree.py)
         self.kind: list[int] = []
         self.arg: list = []          # BYTE: mask id; ALT: tuple of states; BLOCK: (value type, min, max)
         self.next: list[int] = []
@@ -55,7 +56,7 @@ class NFA:
         key = (kind, arg, nxt)
         i = self._index.get(key)
         if i is None:
-            if len(self.kind) >= MAX_NFA:
+            if len(self.kind) >= self.limit:
                 raise GrammarBuildError(
                     f"grammar: more than {MAX_NFA} automaton states before determinising: the grammar unfolds "
                     "too far (a bounded array is written out once per count of items left, so arrays of objects "

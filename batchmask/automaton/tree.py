@@ -20,7 +20,7 @@ import numpy as np
 
 from ..grammar.values import close_ok, stays_ok, value_type_named
 from .form import Automaton, Block, row_classes
-from .nfa import ALT, BLOCK, BYTE, END, NFA, GrammarBuildError
+from .nfa import ALT, BLOCK, BYTE, END, MAX_NFA, NFA, GrammarBuildError
 
 __all__ = ["build_node_automaton", "GrammarBuildError", "MAX_EXPLICIT", "MAX_PARALLEL"]
 
@@ -40,8 +40,10 @@ def build_node_automaton(node, utf8: bool = True) -> Automaton:
         for runs in (True, False):
             nfa = NFA(utf8, runs=runs)
             nfa._closure = {}
-            starts = [nfa.build(t, nfa.end, "grammar" if len(trees) == 1 else f"grammar {k}")
-                      for k, t in enumerate(trees)]
+            starts = []
+            for k, t in enumerate(trees):
+                nfa.limit = len(nfa.kind) + MAX_NFA                # per tree: a union of many tool sets is not one
+                starts.append(nfa.build(t, nfa.end, "grammar" if len(trees) == 1 else f"grammar {k}"))
             try:
                 return _Subsets(nfa, starts).run()
             except _TooParallel:
