@@ -28,7 +28,8 @@ def moves(aut, prep, tails):
     after = {}
     for vt in aut.value_types():
         blocks = [b for b in aut.blocks if b.vt.name == vt.name]
-        after[vt.name] = after_stops(prep.signature(vt), blocks, steps, to_c, from_c, vocab).tolist()
+        events, states = after_stops(prep.signature(vt), blocks, steps, to_c, from_c, vocab)
+        after[vt.name] = (events.tolist(), states.tolist())
     return cols, after, len(delta)
 
 

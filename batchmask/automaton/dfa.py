@@ -85,7 +85,8 @@ class ByteDFA:
         for blk in self.blocks:
             exits = np.full(256, -1, dtype=np.int64)
             exits[QUOTE] = blk.after_quote
-            blocks.append(Block(self.vt, blk.min, blk.max, blk.base, blk.grid, blk.ns, blk.us, exits,
+            local = np.where(blk.grid >= 0, blk.grid - blk.base, -1)
+            blocks.append(Block(self.vt, blk.min, blk.max, blk.base, local, blk.ns, blk.us, exits,
                                 label=_suffix_key(blk.suffix)))
         return Automaton(num_states=self.num_states, start=0, edges=edges, blocks=blocks,
                          accepting=np.array([self.final], dtype=np.int64), source=self, utf8=self.utf8)

@@ -29,12 +29,17 @@ class Block:
     min: int
     max: int
     base: int                       # id of the first cell
-    grid: np.ndarray                # int64 [max+1, Q]: state id of cell (n, q), -1 where there is none
+    local: np.ndarray               # int64 [max+1, Q]: cell (n, q)'s id less `base`, -1 where there is none
+                                    # (shared by the blocks of one type and cap: read only)
     ns: np.ndarray                  # int64 [Nb]: count of each cell, in id order
     qs: np.ndarray                  # int64 [Nb]: sub-state of each cell
     exits: np.ndarray               # int64 [256]: the state after each ending byte, -1 for the others
     label: object = None            # what the block stands for (describe)
     entry_depth: int = 0            # the deepest count an explicit state's byte leads into
+
+    @property
+    def grid(self) -> np.ndarray:   # int64 [max+1, Q]: state id of cell (n, q), -1 where there is none
+        return np.where(self.local >= 0, self.local + self.base, -1)
 
     @property
     def us(self) -> np.ndarray:     # the seed's name for the sub-states
@@ -198,7 +203,8 @@ def byte_table(aut: Automaton, token_len: int, tails: np.ndarray | None = None):
             # the grid rows a kept cell can reach (compact ids), padded with illegal rows past the cap
             top = min(depth[k], b.max + 1) + rows_up
             g = np.full((top, Q), -1, dtype=np.int64)
-            g[:min(top, b.max + 1)] = b.grid[:top]
+            part = b.local[:top]
+            g[:len(part)] = np.where(part >= 0, part + b.base, -1)
             grids.append(to_compact[g.reshape(-1)])                          # int32
             gstart.append(gstart[-1] + top * Q)
         j = np.repeat(np.arange(len(ks)), nb)                               # [N] block (within the type) of each cell

@@ -15,10 +15,18 @@ shortest completion of every state is one pass in id order.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..grammar.nodes import Alt, ByteSet, JsonStr, Lit, Repeat, Seq, Str, Word
 from ..grammar.values import value_type, word_type
+from .runs import item_run_type, worth_a_run
 
 BYTE, ALT, BLOCK, END = range(4)
+
+# NFA states of one build, at most: a grammar past it would take tens of seconds to determinise and its table
+# (when it had one) would be past any budget; refused in a second or two instead (the largest JSONSchemaBench
+# schemas that compile need ~210K: Kubernetes kb_621)
+MAX_NFA = 400_000
 
 _ONE_BYTE = tuple(bytes(b == i for i in range(256)) for b in range(256))     # the mask of each single byte
 
@@ -30,8 +38,11 @@ class GrammarBuildError(ValueError):
 class NFA:
     """The hash-consed NFA of one or more grammar trees (`build` adds a tree before a continuation state)."""
 
-    def __init__(self, utf8: bool):
+    def __init__(self, utf8: bool, runs: bool = True):
         self.utf8 = utf8
+        self.runs = runs             # wide Repeats of small byte items as value blocks (automaton/runs.py)
+        self.runs_made = 0
+        self.limit = MAX_NFA         # states at most; several trees in one NFA: MAX_NFA more each (tree.py)
         self.kind: list[int] = []
         self.arg: list = []          # BYTE: mask id; ALT: tuple of states; BLOCK: (value type, min, max)
         self.next: list[int] = []
@@ -45,6 +56,12 @@ class NFA:
         key = (kind, arg, nxt)
         i = self._index.get(key)
         if i is None:
+            if len(self.kind) >= self.limit:
+                raise GrammarBuildError(
+                    f"grammar: more than {MAX_NFA} automaton states before determinising: the grammar unfolds "
+                    "too far (a bounded array is written out once per count of items left, so arrays of objects "
+                    "nested in arrays, or $refs expanded inside themselves, multiply); lower SchemaOptions."
+                    "max_items, max_depth or ref_depth, or give the arrays maxItems")
             i = self._index[key] = len(self.kind)
             self.kind.append(kind)
             self.arg.append(arg)
@@ -92,6 +109,11 @@ class NFA:
             return self._add(BYTE, self._mask(mask), k)
         if isinstance(node, Repeat):
             _check_bounds(node, where)
+            if self.runs and worth_a_run(node):
+                vt = item_run_type(node.item, NFA, BYTE)
+                if vt is not None and self._plain_end(bytes((vt.table[0] >= 0).astype(np.uint8)), k):
+                    self.runs_made += 1
+                    return self._add(BLOCK, (vt.name, node.min, node.max), k)
             opt = k
             for _ in range(node.max - node.min):          # up to max - min more, each optional
                 opt = self._alt(self.build(node.item, opt, (where, ".item", None)), k)

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..grammar.values import close_ok, stays_ok, value_type_named
 from .form import Automaton, Block, row_classes
-from .nfa import ALT, BLOCK, BYTE, END, NFA, GrammarBuildError
+from .nfa import ALT, BLOCK, BYTE, END, MAX_NFA, NFA, GrammarBuildError
 
 __all__ = ["build_node_automaton", "GrammarBuildError", "MAX_EXPLICIT", "MAX_PARALLEL"]
 
@@ -37,14 +37,26 @@ def build_node_automaton(node, utf8: bool = True) -> Automaton:
     paused = gc.isenabled()
     gc.disable()
     try:
-        nfa = NFA(utf8)
-        nfa._closure = {}
-        starts = [nfa.build(t, nfa.end, "grammar" if len(trees) == 1 else f"grammar {k}")
-                  for k, t in enumerate(trees)]
-        return _Subsets(nfa, starts).run()
+        for runs in (True, False):
+            nfa = NFA(utf8, runs=runs)
+            nfa._closure = {}
+            starts = []
+            for k, t in enumerate(trees):
+                nfa.limit = len(nfa.kind) + MAX_NFA                # per tree: a union of many tool sets is not one
+                starts.append(nfa.build(t, nfa.end, "grammar" if len(trees) == 1 else f"grammar {k}"))
+            try:
+                return _Subsets(nfa, starts).run()
+            except _TooParallel:
+                # runs (automaton/runs.py) open side by side are parallel values; unrolled, they were not
+                if not nfa.runs_made:
+                    raise
     finally:
         if paused:
             gc.enable()
+
+
+class _TooParallel(GrammarBuildError):
+    """More than MAX_PARALLEL explicit states hold two values at once."""
 
 
 class _Subsets:
@@ -87,11 +99,12 @@ class _Subsets:
                 if j not in self._exit_moves:
                     self._exit_moves[j] = dict(self.set_moves(nfa.closure(nfa.next[j])))
                 exit_moves = self._exit_moves[j]
-            for c in range(self.num_classes):
-                b = self.rep[c]
-                q2 = int(vt.table[q, b])
-                n2 = n + int(vt.inc[q, b])
-                tgt = ((j, n2, q2),) if stays_ok(vt, n2, q2, hi) else ()
+            q2s = vt.table[q, self.rep]                                  # every class at once
+            n2s = n + vt.inc[q, self.rep]
+            stays = np.flatnonzero(stays_ok(vt, n2s, q2s, hi)).tolist()
+            inside = dict(zip(stays, zip(n2s[stays].tolist(), q2s[stays].tolist())))
+            for c in sorted(inside.keys() | exit_moves.keys()):
+                tgt = ((j,) + inside[c],) if c in inside else ()
                 if c in exit_moves:
                     tgt = tgt + exit_moves[c]
                 if tgt:
@@ -146,7 +159,7 @@ class _Subsets:
                 if len(elems) > 1 and sum(type(e) is tuple for e in elems) > 1:
                     parallel[0] += 1
                 if parallel[0] > MAX_PARALLEL:
-                    raise GrammarBuildError(
+                    raise _TooParallel(
                         f"grammar: two different strings stay open side by side for more than {MAX_PARALLEL} "
                         "states (e.g. anyOf of long strings that differ only later); merge those anyOf branches")
                 if len(states) > MAX_EXPLICIT:
@@ -189,14 +202,15 @@ class _Subsets:
         for j in sorted(blocks_seen):
             vname, lo, hi = nfa.arg[j]
             vt = self.vts[vname]
-            grid, ns, qs = vt.cells(hi, base)
-            blk = Block(vt, lo, hi, base, grid, ns, qs, np.full(256, -1, dtype=np.int64),
+            local, ns, qs = vt.local_cells(hi)
+            blk = Block(vt, lo, hi, base, local, ns, qs, np.full(256, -1, dtype=np.int64),
                         label=(vname, lo, hi, j), entry_depth=blocks_seen[j])
             block_of[j] = blk
             blocks.append(blk)
             base += blk.size
         # target codes -> state ids: explicit ids as they are, -1 - k the cell of block position k
-        cell = np.array([int(block_of[j].grid[n, q]) for j, n, q in positions] + [-1], dtype=np.int64)
+        cell = np.array([int(block_of[j].local[n, q]) + block_of[j].base for j, n, q in positions] + [-1],
+                        dtype=np.int64)
 
         def resolve(t):                                  # int, or an int64 array of codes
             return np.where(t >= 0, t, cell[np.maximum(-1 - t, 0)]) if isinstance(t, np.ndarray) else \

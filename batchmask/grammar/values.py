@@ -101,15 +101,20 @@ class ValueType:
         on), which the relative next-state codes need. Away from both ends every row is full, so
         grid[n + k, q'] - grid[n, q] depends on (k, q, q') only (rows shared by shift).
         """
-        kept = self._cached("cells", OrderedDict)          # per cap, numbered from 0 (a grammar repeats caps)
+        grid0, ns, qs = self.local_cells(max_)
+        return np.where(grid0 >= 0, grid0 + base, -1), ns, qs
+
+    def local_cells(self, max_: int):
+        """`cells` numbered from 0, all three arrays shared and read-only (a grammar repeats caps)."""
+        kept = self._cached("cells", OrderedDict)
         got = kept.pop(max_, None)
         if got is None:
             got = self._cells_from_0(max_)
+            got[0].setflags(write=False)
         kept[max_] = got                                   # newest last; the oldest go past CELLS_KEPT
         while len(kept) > CELLS_KEPT:
             kept.popitem(last=False)
-        grid0, ns, qs = got                                # ns, qs: shared, read-only (blocks only read them)
-        return np.where(grid0 >= 0, grid0 + base, -1), ns, qs
+        return got
 
     def _cells_from_0(self, max_: int):
         order = np.argsort(self.rank)                                      # sub-states in row order
@@ -270,6 +275,45 @@ def word_type(start: bytes, body: bytes, end: bytes) -> ValueType:
             completion=completion, completion_units=(0, 0, 1), rank=_rank(table, (table >= 0).astype(np.int64)),
             fill=bytes([int(np.flatnonzero(s & b & e)[0])]))
     return _TYPES[name]
+
+
+def run_type(table: np.ndarray) -> ValueType:
+    """The value type of a run (automaton/runs.py): a Repeat of an item, determinised. `table` int64 [Q, 256]:
+    sub-state 0 is the boundary between items (the only accepting one), a byte leaving it starts an item (one
+    unit), and a byte back to 0 from another sub-state completes one. Built once per table."""
+    table = np.ascontiguousarray(table, dtype=np.int64)
+    name = "run-" + hashlib.sha256(table.tobytes()).hexdigest()[:24]
+    if name not in _TYPES:
+        Q = table.shape[0]
+        inc = np.zeros((Q, 256), dtype=np.int64)
+        inc[0] = table[0] >= 0
+        _TYPES[name] = ValueType(
+            name=name, table=table, inc=inc, pending=np.zeros(Q, dtype=np.int64),
+            lo=np.array([0] + [1] * (Q - 1), dtype=np.int64), accept=np.arange(Q) == 0,
+            names=("boundary",) + tuple(f"item{q}" for q in range(1, Q)),
+            completion=tuple(_to_boundary(table, q) for q in range(Q)), completion_units=(0,) * Q,
+            rank=_rank(table, inc), fill=_to_boundary(table, 0, leave=True))
+    return _TYPES[name]
+
+
+def _to_boundary(table: np.ndarray, q: int, leave: bool = False) -> bytes:
+    """The shortest bytes from sub-state q back to the boundary (with `leave`, one whole item from it), the
+    lowest byte first among equals."""
+    if q == 0 and not leave:
+        return b""
+    seen, frontier = {q: b""}, [q]
+    while frontier:
+        nxt = []
+        for s in frontier:
+            for b in np.flatnonzero(table[s] >= 0).tolist():
+                t = int(table[s, b])
+                if t == 0:
+                    return seen[s] + bytes([b])
+                if t not in seen:
+                    seen[t] = seen[s] + bytes([b])
+                    nxt.append(t)
+        frontier = nxt
+    raise ValueError("a run's item never completes")
 
 
 def value_type_named(name: str, utf8: bool) -> ValueType:

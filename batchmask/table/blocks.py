@@ -64,7 +64,7 @@ def value_rows(aut, sigs, exit_cls, blocks_of, shapes_of, rep, far, dev, segment
         for js in shapes_of[name].values():                                     # js: blocks of the type
             blk = aut.blocks[ks[js[0]]]
             sel, far_at, far_src = _cells_computed(blk, far(blk, sig.reach, dev), Q)   # [n] cells of the shape
-            grid = torch.from_numpy(np.where(blk.grid >= 0, blk.grid - blk.base, -1).reshape(-1)).to(dev)
+            grid = torch.from_numpy(blk.local.reshape(-1).astype(np.int32)).to(dev)
             grid = grid.to(torch.int32)
             bases = torch.as_tensor([aut.blocks[ks[j]].base for j in js], device=dev)
             exits = aft.index_select(0, torch.as_tensor(js, device=dev))                 # [b, E + 1]
@@ -159,15 +159,21 @@ class ExitClasses:
     blocks' exit lists hold classes, not the (token, position) events of the vocabulary (tens of thousands
     for a type whose end many tokens carry)."""
     of_event: torch.Tensor       # int64 [E] the class of each event
-    after: torch.Tensor          # int64 [B_vt, E'] the state after each class, per block of the type (-1 illegal)
+    after: torch.Tensor          # int64 [B_vt, K] the state after each class, per block of the type (-1 illegal)
 
 
-def exit_classes(after_ev: torch.Tensor) -> ExitClasses:
-    """after_ev: int64 [B_vt, E] (tokensim.after_stops) -> its events grouped by their columns."""
-    if after_ev.shape[1] == 0:
-        return ExitClasses(torch.zeros(0, dtype=torch.int64, device=after_ev.device), after_ev)
-    of_event, first = column_classes(after_ev)
-    return ExitClasses(of_event, after_ev.index_select(1, first))
+def exit_classes(after_ev, num_events: int) -> ExitClasses:
+    """after_ev: (events [E'], after [B_vt, E']) of tokensim.after_stops, the other of the type's `num_events`
+    events illegal in every block -> the events grouped by their columns."""
+    events, after = after_ev
+    if num_events == 0:
+        return ExitClasses(torch.zeros(0, dtype=torch.int64, device=after.device), after)
+    if len(events) < num_events:                   # the events illegal everywhere: one column of -1 for them all
+        after = torch.cat([after, torch.full((after.shape[0], 1), -1, dtype=after.dtype, device=after.device)], 1)
+    of_col, first = column_classes(after)
+    of_event = torch.full((num_events,), int(of_col[-1]), dtype=torch.int64, device=after.device)
+    of_event[events] = of_col[:len(events)]
+    return ExitClasses(of_event, after.index_select(1, first))
 
 
 def block_segments(aut, exits: dict, blocks_of, explicit_targets: torch.Tensor, done: int, dev):

@@ -73,7 +73,7 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     shapes_of = {name: shapes(aut, ks) for name, ks in blocks_of.items()}              # blocks alike but for exits
     after_ev = {name: after_stops(sigs[name], [aut.blocks[k] for k in ks], steps, to_c, from_c, vocab)
                 for name, ks in blocks_of.items()}                                     # [B_vt, E_vt]
-    exits = {name: exit_classes(a) for name, a in after_ev.items()}                   # events alike, once
+    exits = {name: exit_classes(a, len(sigs[name].ev_tok)) for name, a in after_ev.items()}   # events alike, once
 
     # Token keys: first how a token behaves in block cells (role: eos / other stop / text; its
     # signatures; what follows a value it ends), then with its explicit columns as well. Block
@@ -83,11 +83,17 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     for vt in vts:
         sig = sigs[vt.name]
         qi, ti, evs = sig.stop_q, sig.stop_t, sig.stop_ev                          # kept per tokenizer
-        val = after_ev[vt.name].index_select(1, evs)                              # [B_vt, P], all blocks at once
+        events, after = after_ev[vt.name]                                          # only events legal somewhere
+        pos = torch.full((len(sig.ev_tok),), -1, dtype=torch.int64, device=dev)
+        pos[events] = torch.arange(len(events), device=dev)
+        cand = torch.nonzero(pos.index_select(0, evs) >= 0).flatten()             # stop cells of those events
+        val = after.index_select(1, pos.index_select(0, evs.index_select(0, cand)))   # [B_vt, P'], all blocks
         bj, pj = torch.nonzero(val >= 0, as_tuple=True)
+        val_at = val[bj, pj]
+        pj = cand.index_select(0, pj)
         a_tok.append(ti[pj])
         a_col.append(torch.as_tensor(blocks_of[vt.name], device=dev)[bj] * Qmax + qi[pj])
-        a_val.append(val[bj, pj])
+        a_val.append(val_at)
     base = prep.value_classes(vts)                                                     # cached per tokenizer
     if a_tok:
         value_class = refine(base, torch.cat(a_tok), torch.cat(a_col), torch.cat(a_val))

@@ -349,21 +349,27 @@ def _signature(vt: ValueType, vocab: FlatVocab) -> Signature:
 
 
 def after_stops(sig: Signature, blocks: list, steps: ByteSteps, to_compact: torch.Tensor,
-                from_compact: torch.Tensor, vocab: FlatVocab) -> torch.Tensor:
-    """int64 [len(blocks), E]: the state after each stop event's remaining bytes, per block, -1 if illegal.
+                from_compact: torch.Tensor, vocab: FlatVocab):
+    """(events int64 [E'], after int64 [len(blocks), E']): the stop events whose ending byte ends some block
+    (every other event is illegal in every block), and the state after each one's remaining bytes, per block,
+    -1 if illegal.
 
     The byte that ends the value must be one of the block's ending bytes; the rest of the token
-    then runs from the state that byte leads to.
+    then runs from the state that byte leads to. Events are kept sparse so: a type's events are every
+    token with a byte the value cannot hold (most of a vocabulary), its blocks' ending bytes a few.
     """
     dev = vocab.flat.device
     E = len(sig.ev_tok)
     if not E or not blocks:
-        return torch.full((len(blocks), E), -1, dtype=torch.int64, device=dev)
+        return (torch.zeros(0, dtype=torch.int64, device=dev),
+                torch.full((len(blocks), 0), -1, dtype=torch.int64, device=dev))
     ev_tok, ev_pos, ev_byte, to_c, from_c = (x.cpu().numpy() for x in (sig.ev_tok, sig.ev_pos, sig.ev_byte,
                                                                       to_compact, from_compact))
-    start = np.stack([b.exits for b in blocks])[:, ev_byte]                       # [B, E] global ids
+    exits = np.stack([b.exits for b in blocks])                                   # [B, 256] global ids
+    events = np.flatnonzero((exits >= 0).any(0)[ev_byte])                         # [E']
+    start = exits[:, ev_byte[events]]                                             # [B, E']
     bi, ei = np.nonzero(start >= 0)
-    res = _run(steps, vocab, to_c[start[bi, ei]].astype(np.int64), ev_tok[ei], ev_pos[ei] + 1)
-    out = np.full((len(blocks), E), -1, dtype=np.int64)
+    res = _run(steps, vocab, to_c[start[bi, ei]].astype(np.int64), ev_tok[events[ei]], ev_pos[events[ei]] + 1)
+    out = np.full(start.shape, -1, dtype=np.int64)
     out[bi, ei] = np.where(res >= 0, from_c[np.maximum(res, 0)], -1)
-    return torch.from_numpy(out).to(dev)
+    return torch.from_numpy(events).to(dev), torch.from_numpy(out).to(dev)

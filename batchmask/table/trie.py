@@ -12,6 +12,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..automaton.nfa import GrammarBuildError
+
+# live (edge, prefix) pairs the explicit states' walk may carry, all levels together, at most (each is stepped,
+# and the tokens they spell are grouped, at a few million a second): past it the compile would take from tens of
+# seconds to minutes, so it is refused instead. The largest JSONSchemaBench schemas we measured walk ~8M
+# (JsonSchemaStore templatesources: 20M before Repeats of wide byte items became blocks, automaton/runs.py)
+MAX_PAIRS = 12_000_000
+
 
 @dataclass
 class Level:
@@ -83,14 +91,25 @@ def walk(trie: VocabTrie, delta: np.ndarray, byte_class: np.ndarray, src: np.nda
     ok = (after >= 0) & (node >= 0)
     who, node, cur = src[ok], node[ok], after[ok].astype(wide)
     out_src, out_tok, out_next = [], [], []
+    found = tried = 0
     for d, lv in enumerate(trie.levels):
         n = lv.end_n[node]                                     # the tokens spelled by these prefixes end here
+        found += len(node)                                     # the work: live (edge, prefix) pairs walked
+        if found > MAX_PAIRS or tried > 2 * MAX_PAIRS:
+            states = len(np.unique(src))
+            raise GrammarBuildError(
+                f"grammar: more than {MAX_PAIRS} token prefixes live out of its {states} explicit states (states "
+                "where thousands of tokens are legal, many of them: a string whose alternatives stay open side by "
+                "side, such as pattern alternatives, written out again for every array item and property)")
         out_tok.append(lv.end_tok[_spread(lv.end_at[node], n)])
         out_src.append(np.repeat(who, n))
         out_next.append(np.repeat(cur, n))
         if d + 1 == len(trie.levels):
             break
         n = lv.child_n[node]
+        tried += int(n.sum())                                  # the children stepped (most die at once)
+        if tried > 2 * MAX_PAIRS:
+            continue                                           # refused above, before they are spread
         child = _spread(lv.child_at[node], n)
         nxt = flat_delta[np.repeat(cur * K, n) + cls[trie.levels[d + 1].byte[child]]]
         keep = nxt >= 0
