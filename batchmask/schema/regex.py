@@ -12,10 +12,11 @@ U+2028 and U+2029):
 Anything else (backreferences, lookaround, \\b, \\D \\W \\S, flags, possessive quantifiers) is refused.
 
 The generated body always satisfies the pattern as `re.search` reads it. A branch without `$` may be followed
-by arbitrary characters, up to `free_cap` characters in all, and its last quantified part is written at its
-minimum (re.search's reading: S{m,n} then anything is S{m} then anything, without the ambiguity of where the
-repetition ends); a branch without `^` is generated as though it had one (the value
-starts with the match: a free run before it could not be told from the match by the string automaton);
+by up to `free_cap` arbitrary characters; under a `maxLength` (`bounded`) by as many as keep the value within it,
+and its last quantified part is then written at its minimum (re.search's reading: S{m,n} then anything is S{m}
+then anything, without the ambiguity of where the repetition ends); a branch without `^` is generated as
+though it had one (the value starts with the match: a free run before it could not be told from the match by
+the string automaton);
 `*`, `+` and `{m,}` repeat at most `repeat_cap` times (at least m). Each pattern character is one JSON
 character, written as JsonStr writes it (schema_strings.char_node), so the body is valid JSON string content.
 
@@ -51,8 +52,8 @@ Part = tuple[Node, int, int]            # node, min and max length in characters
 
 
 class _Parser:
-    def __init__(self, pattern: str, repeat_cap: int, free_cap: int, search: bool = False):
-        self.s, self.i, self.repeat_cap, self.free_cap = pattern, 0, repeat_cap, free_cap
+    def __init__(self, pattern: str, repeat_cap: int, free_cap: int, search: bool = False, bounded: bool = False):
+        self.s, self.i, self.repeat_cap, self.free_cap, self.bounded = pattern, 0, repeat_cap, free_cap, bounded
         self.search, self.negated = search, False
         self.times = None                 # the minimum of the quantifier `quantified` read last (None: none)
 
@@ -96,7 +97,7 @@ class _Parser:
             atom = self.atom()
             parts.append(self.quantified(atom))
             last = (atom, self.times) if self.times is not None else None
-        if top and not end_anchor and not self.search and last is not None and parts[-1][2] > last[0][2] * last[1]:
+        if top and not end_anchor and self.bounded and last is not None and parts[-1][2] > last[0][2] * last[1]:
             # re.search: a match that ends in S{m,n} may be followed by anything, so S{m} then the free run is the
             # same language, and one reading of it (where the repetition ends is not the automaton's to track)
             (node, lo, hi), m = last
@@ -104,12 +105,11 @@ class _Parser:
         node = seq(*(p[0] for p in parts)) if parts else EMPTY
         lo, hi = sum(p[1] for p in parts), sum(p[2] for p in parts)
         if top and not end_anchor:
-            # Free characters may follow the match (re.search's reading), up to free_cap characters in all (a
-            # branch whose longest match passes free_cap: after its shortest, as before). None
+            # Free characters may follow the match (re.search's reading): up to free_cap of them, or, under a
+            # maxLength (bounded), as many as keep the value within it. None
             # precede it, even without `^`: a value body must end at its closing quote, so a free run could only
             # stand at the end; a value that starts with the match still satisfies the pattern.
-            tail = self.free_cap - (hi if hi <= self.free_cap else lo)   # a match past the cap: a tail still
-            tail = max(0, tail)
+            tail = max(0, self.free_cap - hi) if self.bounded and hi <= self.free_cap else self.free_cap
             node, hi = seq(node, JsonStr(0, tail)), hi + tail
         if top and self.search:
             if not start_anchor:
@@ -265,6 +265,7 @@ def _alt_parts(parts: list[Part]) -> Part:
     return alt(*(p[0] for p in parts)), min(p[1] for p in parts), max(p[2] for p in parts)
 
 
-def pattern_node(pattern: str, repeat_cap: int, free_cap: int, search: bool = False) -> Part:
-    """(node, min chars, max chars) for `pattern` (module docstring); PatternError outside the subset."""
-    return _Parser(pattern, repeat_cap, free_cap, search).top()
+def pattern_node(pattern: str, repeat_cap: int, free_cap: int, search: bool = False, bounded: bool = False) -> Part:
+    """(node, min chars, max chars) for `pattern` (module docstring); PatternError outside the subset. `bounded`:
+    free_cap is the string's own maxLength (the whole value stays within it)."""
+    return _Parser(pattern, repeat_cap, free_cap, search, bounded).top()

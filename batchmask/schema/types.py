@@ -66,7 +66,7 @@ def _shaped(schema: dict, ptr: str, ctx: Ctx, lo: int, hi: int, given_hi: bool) 
         pat = schema["pattern"]
         cap = hi if given_hi else o.repeat_cap
         try:
-            body, flo, fhi = pattern_node(pat, repeat_cap=max(cap, 1), free_cap=hi)
+            body, flo, fhi = pattern_node(pat, repeat_cap=max(cap, 1), free_cap=hi, bounded=given_hi)
         except PatternError as e:
             ctx.fail(jp(ptr, "pattern"), f"pattern {pat!r} {e}")
     if lo > flo or (given_hi and fhi > hi):
