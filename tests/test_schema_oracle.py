@@ -256,6 +256,34 @@ def _subset_branches(schema: dict, options) -> list[dict]:
     return out
 
 
+def _last_at_minimum(pattern: str) -> str:
+    """A pattern without `$` whose last quantifier ({m,n} after the rewriting above, or ?) reads its minimum:
+    re.search's reading, S{m,n} then anything is S{m} then anything (docs/json-schema.md), written so."""
+    m = re.search(r"\{(\d+),(\d+)\}\??$|\?$", pattern)
+    if m is None:
+        return pattern
+    if m.group(0).startswith("?"):                       # X? at the end: X{0}
+        low, body = 0, pattern[:m.start()]
+    else:
+        low, body = int(m.group(1)), pattern[:m.start()]
+    return body + "{%d}" % low if low else _drop_last_atom(body)
+
+
+def _drop_last_atom(pattern: str) -> str:
+    """`pattern` without its last atom (a character, an escape, a [class] or a (group))."""
+    if pattern.endswith(")"):
+        depth = 0
+        for i in range(len(pattern) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(pattern[i], 0)
+            if depth == 0:
+                return pattern[:i]
+    if pattern.endswith("]"):
+        return pattern[:pattern.rindex("[")]
+    if len(pattern) >= 2 and pattern[-2] == "\\":
+        return pattern[:-2]
+    return pattern[:-1]
+
+
 def capped_pattern(pattern: str, cap: int, free: int) -> str:
     """`*`, `+` and `{m,}` as at most `cap` repetitions (SchemaOptions.repeat_cap, or maxLength when given),
     \\d \\w \\s as ASCII classes, and a side without its anchor as up to `free` free characters (re.search's
@@ -269,6 +297,8 @@ def capped_pattern(pattern: str, cap: int, free: int) -> str:
     for esc, ascii_class in (("\\d", "[0-9]"), ("\\w", "[A-Za-z0-9_]"), ("\\s", "[ \\t\\n\\r\\f\\v]")):
         pattern = pattern.replace(esc, ascii_class)
     any_char = "[\\s\\S]{0,%d}" % free
+    if not pattern.endswith("$"):
+        pattern = _last_at_minimum(pattern)
     head = pattern[1:] if pattern.startswith("^") else any_char + pattern
     return "^" + (head[:-1] if head.endswith("$") else head + any_char) + "$"
 

@@ -74,10 +74,6 @@ EXPLAINED = {
 # Real bugs the suite found: in these groups a misjudged instance (or a failed compile) is recorded, not a failure,
 # and `test_known_bugs` (xfail, strict) fails until it is fixed.
 KNOWN_BUGS = {
-    ("pattern.json", "pattern is not anchored"):
-        "a pattern without `$` and without maxLength that ends in a variable repetition ('a+', '^[0-9]+') does not "
-        "compile: GrammarBuildError, the repetition and the free run after it open side by side (with a maxLength "
-        "the repetition is written at its minimum and it compiles)",
     ("optional/format/hostname.json", "validation of A-label (punycode) host names"):
         "hostname writes labels with '--' at positions 3-4 ('xn--X'), which are not valid A-labels (RFC 5890, "
         "RFC 5891 4.2.3.1); jsonschema's checker (fqdn) accepts them",

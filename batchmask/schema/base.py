@@ -90,7 +90,9 @@ class SchemaOptions:
     max_items           maxItems of an array without one (a larger minItems wins); entries   16
                         of a map (additionalProperties a schema, no properties)
     max_depth           nesting of arrays and objects inside one value (the value itself is 1) 32
-                        (recursion stops at ref_depth first; real schemas nest 10-20 deep)
+                        (real schemas nest 10-20 deep)
+    recursion_depth     the nesting at which unrolled recursion (a $ref inside itself) stops:   8
+                        its optional branches are left out there
     ref_depth           times one $ref may expand inside itself (recursion is unrolled;
                         past it, optional branches that recurse are left out)                 3
     repeat_cap          repetitions of *, + and {m,} in a pattern (maxLength when given)      16
@@ -107,6 +109,7 @@ class SchemaOptions:
     exponent_digits: int = 2
     max_items: int = 16
     max_depth: int = 32
+    recursion_depth: int = 8
     ref_depth: int = 3
     repeat_cap: int = 16
     any_depth: int = 1
@@ -116,8 +119,8 @@ class SchemaOptions:
         if self.mode not in MODES:
             raise ValueError(f"SchemaOptions.mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         for name, low in (("max_string_length", 0), ("int_digits", 1), ("fraction_digits", 0),
-                          ("exponent_digits", 0), ("max_items", 0), ("max_depth", 1), ("ref_depth", 1),
-                          ("repeat_cap", 1), ("any_depth", 0)):
+                          ("exponent_digits", 0), ("max_items", 0), ("max_depth", 1), ("recursion_depth", 1),
+                          ("ref_depth", 1), ("repeat_cap", 1), ("any_depth", 0)):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < low:
                 raise ValueError(f"SchemaOptions.{name} must be an integer >= {low}, got {v!r}")

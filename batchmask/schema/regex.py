@@ -12,8 +12,8 @@ U+2028 and U+2029):
 Anything else (backreferences, lookaround, \\b, \\D \\W \\S, flags, possessive quantifiers) is refused.
 
 The generated body always satisfies the pattern as `re.search` reads it. A branch without `$` may be followed
-by up to `free_cap` arbitrary characters; under a `maxLength` (`bounded`) by as many as keep the value within it,
-and its last quantified part is then written at its minimum (re.search's reading: S{m,n} then anything is S{m}
+by up to `free_cap` arbitrary characters (under a `maxLength`, `bounded`: by as many as keep the value within
+it), and its last quantified part is written at its minimum (re.search's reading: S{m,n} then anything is S{m}
 then anything, without the ambiguity of where the repetition ends); a branch without `^` is generated as
 though it had one (the value starts with the match: a free run before it could not be told from the match by
 the string automaton);
@@ -97,7 +97,7 @@ class _Parser:
             atom = self.atom()
             parts.append(self.quantified(atom))
             last = (atom, self.times) if self.times is not None else None
-        if top and not end_anchor and self.bounded and last is not None and parts[-1][2] > last[0][2] * last[1]:
+        if top and not end_anchor and not self.search and last is not None and parts[-1][2] > last[0][2] * last[1]:
             # re.search: a match that ends in S{m,n} may be followed by anything, so S{m} then the free run is the
             # same language, and one reading of it (where the repetition ends is not the automaton's to track)
             (node, lo, hi), m = last

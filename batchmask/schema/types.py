@@ -146,10 +146,11 @@ def _number(schema: dict, ptr: str, ctx: Ctx) -> Node:
 
 # --- containers -------------------------------------------------------------------------------------
 def _enter(ptr: str, ctx: Ctx) -> Ctx:
-    if ctx.depth + 1 > ctx.options.max_depth:
-        if any(ctx.refs.count(r) > 1 for r in ctx.refs):     # inside unrolled recursion: stop there
-            raise Empty(ptr, f"recursion reaches the nesting limit max_depth={ctx.options.max_depth}")
-        ctx.fail(ptr, f"nesting deeper than max_depth={ctx.options.max_depth} arrays/objects")
+    o = ctx.options
+    if ctx.depth + 1 > min(o.max_depth, o.recursion_depth) and any(ctx.refs.count(r) > 1 for r in ctx.refs):
+        raise Empty(ptr, f"recursion reaches the nesting limit recursion_depth={min(o.max_depth, o.recursion_depth)}")
+    if ctx.depth + 1 > o.max_depth:                        # inside unrolled recursion: stopped above
+        ctx.fail(ptr, f"nesting deeper than max_depth={o.max_depth} arrays/objects")
     return replace(ctx, depth=ctx.depth + 1)
 
 
