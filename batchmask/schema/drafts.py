@@ -20,6 +20,8 @@ schema that says `additionalProperties` or `unevaluatedProperties` itself keeps 
 """
 from __future__ import annotations
 
+from urllib.parse import unquote
+
 VALUE_ONE = ("additionalProperties", "items", "additionalItems", "contains", "unevaluatedItems",
              "unevaluatedProperties", "propertyNames")
 VALUE_MAP = ("properties", "patternProperties")
@@ -106,7 +108,7 @@ def _shape(s, root, refs: set):
     branches = [b for k in INPLACE_LIST if isinstance(s.get(k), list) for b in s[k]]
     ref = s.get("$ref")
     if isinstance(ref, str) and ref.startswith("#") and ref not in refs:
-        target = _resolve(ref, root)
+        target = pointer_target(root, ref) if ref.startswith("#/") or ref in ("#", "#/") else None
         if target is not None:
             refs.add(ref)
             branches.append(target)
@@ -118,9 +120,11 @@ def _shape(s, root, refs: set):
     return found
 
 
-def _resolve(ref: str, root):
+def pointer_target(root, ref: str):
+    """What the local JSON pointer `ref` (`#/a/b`, a URI fragment: percent-decoded first) names in `root`, or
+    None where it names nothing."""
     node = root
-    for raw in ref[2:].split("/") if ref not in ("#", "#/") else []:
+    for raw in unquote(ref[2:]).split("/") if ref not in ("#", "#/") else []:
         token = raw.replace("~1", "/").replace("~0", "~")
         if isinstance(node, dict) and token in node:
             node = node[token]

@@ -11,11 +11,11 @@ An allOf branch that is only a $ref is replaced by its target first (`inline_ref
 from __future__ import annotations
 
 from dataclasses import replace
-from urllib.parse import unquote
 
 from ..grammar.nodes import Node
 from .base import Ctx, Empty, is_annotation
 from .base import ptr as jp
+from .drafts import pointer_target
 from .siblings import merge, redundant
 
 
@@ -46,14 +46,9 @@ def resolve(ref, rptr: str, ctx: Ctx):
         if found is None:
             ctx.fail(rptr, f"$ref {ref!r}: no $anchor {ref[1:]!r} in the document")
         return found
-    for raw in unquote(ref[2:]).split("/"):          # a URI fragment: percent-decoded, then a JSON pointer
-        token = raw.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and token in node:
-            node = node[token]
-        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-            node = node[int(token)]
-        else:
-            ctx.fail(rptr, f"$ref {ref!r} points at nothing")
+    node = pointer_target(ctx.root, ref)
+    if node is None:
+        ctx.fail(rptr, f"$ref {ref!r} points at nothing")
     return node
 
 
