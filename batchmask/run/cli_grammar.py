@@ -164,7 +164,7 @@ class GrammarFile:
         from .. import api
         from ..tools.envelope import registry_key
         from .loading import schema_options
-        fmt, utf8 = args.format, not args.bytes
+        fmt, utf8, options = args.format, not args.bytes, schema_options(args)
         seed = api.uses_seed_path(registry, fmt)
         choice = getattr(registry, "choice", None)       # first: a file without one was compiled on another path
         run = {"--tool-choice": None if choice is None else api.call_grammar_key(registry, fmt)["choice"],
@@ -172,7 +172,7 @@ class GrammarFile:
                "--tools": ["seed", registry.grammar_key()] if seed else ["call", registry_key(registry)],
                "--max-string": args.max_string, "--bytes": not utf8,
                "options": None if seed else api.call_grammar_key(registry, fmt, args.max_string, utf8,
-                                                                 schema_options(args))["options"]}
+                                                                 options)["options"]}
         got = self.file_settings()
         for flag, want in run.items():
             have, want = _plain(got.get(flag)), _plain(want)
@@ -185,9 +185,9 @@ class GrammarFile:
                 raise ValueError(f"--grammar {self.path}: compiled for other tools (--tools): {what}")
             if flag == "options":
                 mode = (have or {}).get("mode") if isinstance(have, dict) else None
-                if mode and mode != schema_options(args).mode:
+                if mode and mode != options.mode:
                     raise ValueError(f"--grammar {self.path}: compiled with --schema-mode {mode}, this run has "
-                                     f"--schema-mode {schema_options(args).mode}")
+                                     f"--schema-mode {options.mode}")
                 raise ValueError(f"--grammar {self.path}: compiled with other schema options (by the library or "
                                  "another batchmask version); compile it again with `batchmask compile`")
             if flag == "--bytes":

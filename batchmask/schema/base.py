@@ -155,6 +155,11 @@ class Ctx:
     def fail(self, ptr: str, message: str):
         raise SchemaError(f"{self.where}: {ptr}: {message}")
 
+    def unwritten(self, ptr: str, keyword: str, message: str):
+        """`keyword` of the schema at hand cannot be written exactly here: a SchemaError (Unwritten) that names
+        it, so that lenient mode can build the schema again without it (types._object)."""
+        raise Unwritten(f"{self.where}: {ptr}: {message}", keyword)
+
     def relax(self, ptr: str, keyword: str, why: str | None = None) -> None:
         """Lenient mode: note that `keyword` at `ptr` is written as RELAXED says. strict mode: refuse it (`why`,
         or that the keyword is not supported)."""
@@ -165,6 +170,14 @@ class Ctx:
         if self.options.mode == "strict":
             self.fail(ptr, f"{message} (strict mode; lenient mode compiles it: {keyword!r} {effect})")
         self.relaxed.append(Relaxation(self.where, ptr, keyword, kind, effect, why))
+
+
+class Unwritten(SchemaError):
+    """A SchemaError for a keyword that cannot be written exactly (not a schema that is wrong): `keyword`."""
+
+    def __init__(self, message: str, keyword: str):
+        super().__init__(message)
+        self.keyword = keyword
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,8 @@ def object_node(schema: dict, ptr: str, ctx: Ctx, inner: Ctx) -> Node:
         ctx.fail(jp(ptr, "patternProperties"), "'patternProperties' must be an object of schemas")
     if not (isinstance(extra, dict) and not props and not patterns) \
             and schema.get("unevaluatedProperties", False) is not False:
-        ctx.fail(jp(ptr, "unevaluatedProperties"), "only 'unevaluatedProperties': false is supported")
+        ctx.unwritten(jp(ptr, "unevaluatedProperties"), "unevaluatedProperties",
+                      "only 'unevaluatedProperties': false is supported")
     lo = count(schema, "minProperties", ptr, ctx) or 0
     hi = count(schema, "maxProperties", ptr, ctx)
     if hi is not None and lo > hi:
@@ -141,8 +142,9 @@ def _free_entries(schema, patterns: dict, extra, props: dict, names, ptr: str, c
         except Empty:
             return []
     if isinstance(extra, dict) and not all(is_annotation(k) for k in extra):
-        ctx.fail(jp(ptr, "additionalProperties"), "'additionalProperties' as a schema beside 'patternProperties' "
-                 "is not supported (its keys, those no pattern matches, cannot be written exactly)")
+        ctx.unwritten(jp(ptr, "additionalProperties"), "patternProperties",
+                      "'additionalProperties' as a schema beside 'patternProperties' "
+                      "is not supported (its keys, those no pattern matches, cannot be written exactly)")
     o = ctx.options
     wide = {}                                             # pattern -> the node of every key it matches
     for p, sub in patterns.items():
@@ -152,13 +154,14 @@ def _free_entries(schema, patterns: dict, extra, props: dict, names, ptr: str, c
         try:
             wide[p] = seq(lit(b'"'), pattern_node(p, o.repeat_cap, o.max_string_length, search=True)[0], lit(b'"'))
         except PatternError as e:
-            ctx.fail(at, f"pattern {p!r} {e}")
+            ctx.unwritten(at, "patternProperties", f"pattern {p!r} {e}")
     out = []
     for p, sub in patterns.items():
         key_schema = merge(names, {"pattern": p})
         if key_schema is None:
-            ctx.fail(jp(ptr, "propertyNames"), f"'propertyNames' with a pattern of its own beside patternProperties "
-                     f"{p!r} is not supported")
+            ctx.unwritten(jp(ptr, "propertyNames"), "propertyNames",
+                          f"'propertyNames' with a pattern of its own beside patternProperties "
+                          f"{p!r} is not supported")
         try:
             key = ctx.build(key_schema, jp(ptr, "propertyNames" if "propertyNames" in schema else "patternProperties",
                                            *(() if "propertyNames" in schema else (p,))), ctx)
@@ -167,8 +170,9 @@ def _free_entries(schema, patterns: dict, extra, props: dict, names, ptr: str, c
             continue                                      # no key or no value: never written
         for q, other in patterns.items():
             if q != p and not json_equal(sub, other) and disjoint(key, wide[q]) is not True:
-                ctx.fail(jp(ptr, "patternProperties", q), f"keys of pattern {p!r} may also match pattern {q!r}, whose "
-                         "schema differs (such a key must meet both): not supported")
+                ctx.unwritten(jp(ptr, "patternProperties", q), "patternProperties",
+                              f"keys of pattern {p!r} may also match pattern {q!r}, whose "
+                              "schema differs (such a key must meet both): not supported")
         out.append((p, key, value))
     return out
 
@@ -182,8 +186,9 @@ def _check_declared(name: str, sub, patterns: dict, free: list, ptr: str, ctx: C
             continue
         repeated = any(node_accepts(key, json_literal(name)) for _, key, _ in free)
         if not json_equal(sub, other) or repeated:
-            ctx.fail(at, f"property {name!r} matches pattern {p!r} (its value would have to meet both schemas, "
-                         "or a pattern key could repeat it): not supported")
+            ctx.unwritten(at, "patternProperties",
+                          f"property {name!r} matches pattern {p!r} (its value would have to meet both schemas, "
+                          "or a pattern key could repeat it): not supported")
 
 
 # --- counts and dependencies ------------------------------------------------------------------------
@@ -196,7 +201,7 @@ def _dependencies(schema: dict, ptr: str, ctx: Ctx) -> dict[str, list[str]]:
             ctx.fail(jp(ptr, kw), f"{kw!r} must be an object")
         for name, needs in given.items():
             if kw == "dependencies" and isinstance(needs, (bool, dict)):
-                ctx.fail(jp(ptr, kw, name), "'dependencies' with a schema (dependentSchemas) is not supported")
+                ctx.unwritten(jp(ptr, kw, name), kw, "'dependencies' with a schema (dependentSchemas) is not supported")
             if not isinstance(needs, list) or not all(isinstance(n, str) for n in needs):
                 ctx.fail(jp(ptr, kw, name), f"{kw!r} values must be lists of property names")
             out.setdefault(name, []).extend(n for n in needs if n != name and n not in out.get(name, []))
@@ -211,7 +216,7 @@ def _chain(members: list, free: list, lo: int, hi, deps: dict, schema: dict, ptr
         if any(node_accepts(key, json_literal(name)) for _, key, _ in free):
             dkw = next(k for k in ("dependentRequired", "dependencies") if any(
                 name == src or name in needs for src, needs in schema.get(k, {}).items()))
-            ctx.fail(jp(ptr, dkw), f"{dkw!r} names {name!r}, which a free key may be: not supported")
+            ctx.unwritten(jp(ptr, dkw), dkw, f"{dkw!r} names {name!r}, which a free key may be: not supported")
     barred = {src for src, needs in deps.items() if any(n not in index for n in needs)}   # needs a name never there
     need = {name for name, req, _ in members if req}
     while True:                                           # what required and barred properties imply
@@ -225,8 +230,9 @@ def _chain(members: list, free: list, lo: int, hi, deps: dict, schema: dict, ptr
         dkw = next((k for k in ("dependentRequired", "dependencies") if k in schema), "required")
         raise Empty(jp(ptr, dkw), "a required property (or one its presence requires) can never be present")
     if free and lo - len(need) >= 2:
-        ctx.fail(jp(ptr, "minProperties"), f"minProperties {lo} needs at least {lo - len(need)} free keys, which "
-                 "cannot be kept distinct: only a minimum that one free key reaches is supported")
+        ctx.unwritten(jp(ptr, "minProperties"), "minProperties",
+                      f"minProperties {lo} needs at least {lo - len(need)} free keys, which "
+                      "cannot be kept distinct: only a minimum that one free key reaches is supported")
     o, sep = ctx.options, lit(ctx.item_sep)
     top = hi + 1 if hi is not None else max(lo, 1)        # counts are kept exactly up to here
     entry = alt(*(seq(k, lit(ctx.key_sep), v) for _, k, v in free)) if free else None
@@ -252,8 +258,9 @@ def _chain(members: list, free: list, lo: int, hi, deps: dict, schema: dict, ptr
         if key in memo:
             return memo[key]
         if len(memo) >= MAX_STATES:
-            ctx.fail(jp(ptr, kw), f"writing {kw!r} exactly over these {len(members)} properties needs more than "
-                                  f"{MAX_STATES} states: not supported")
+            ctx.unwritten(jp(ptr, kw), kw,
+                          f"writing {kw!r} exactly over these {len(members)} properties needs more than "
+                          f"{MAX_STATES} states: not supported")
         memo[key] = None
         if i == len(members):
             memo[key] = end(c)

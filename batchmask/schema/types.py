@@ -5,9 +5,8 @@ import math
 from dataclasses import replace
 from fractions import Fraction
 
-from ..errors import SchemaError
 from ..grammar.nodes import JsonStr, Node, Repeat
-from .base import ITEMS_CEILING, LENGTH_CEILING, RELAXED, Ctx, Empty, count
+from .base import ITEMS_CEILING, LENGTH_CEILING, RELAXED, Ctx, Empty, Unwritten, count
 from .base import ptr as jp
 from .json_values import exact_number
 from .nodes import alt, lit, seq
@@ -39,11 +38,10 @@ def _string(schema: dict, ptr: str, ctx: Ctx) -> Node:
         ctx.fail(jp(ptr, "pattern"), f"'pattern' must be a string, got {schema['pattern']!r}")
     try:
         body = _shaped(schema, ptr, ctx, lo, hi, given_hi)
-    except SchemaError as e:                              # lenient: any string of the length allowed
-        if ctx.options.mode == "strict" or "supported maximum" in str(e):
-            raise                                         # no string within the ceilings matches: no superset
-        keyword = "pattern" if "pattern" in schema else "format"
-        ctx.relax(jp(ptr, keyword), keyword, str(e).split(": ", 2)[-1])
+    except Unwritten as e:                                # lenient: any string of the length allowed
+        if ctx.options.mode == "strict":
+            raise
+        ctx.relax(jp(ptr, e.keyword), e.keyword, str(e).removeprefix(f"{ctx.where}: ").partition(": ")[2])
         body = JsonStr(lo, hi)
     return seq(lit(b'"'), body, lit(b'"'))
 
@@ -51,16 +49,17 @@ def _string(schema: dict, ptr: str, ctx: Ctx) -> Node:
 def _shaped(schema: dict, ptr: str, ctx: Ctx, lo: int, hi: int, given_hi: bool) -> Node:
     """The body of a string of a `format` or a `pattern`, within minLength lo and maxLength hi."""
     o = ctx.options
+    kw = "pattern" if "pattern" in schema else "format"     # what lenient mode leaves out if it cannot be written
     if "format" in schema and "pattern" in schema:
-        ctx.fail(jp(ptr, "pattern"), "'pattern' together with 'format' is not supported")
+        ctx.unwritten(jp(ptr, "pattern"), kw, "'pattern' together with 'format' is not supported")
     if "format" in schema:
         name = schema["format"]
         try:
             built = format_node(name, o.fraction_digits, hi) if isinstance(name, str) else None
         except ValueError as e:
-            ctx.fail(jp(ptr, "maxLength"), f"format {name!r} cannot be written within maxLength {hi}: {e}")
+            ctx.unwritten(jp(ptr, "maxLength"), kw, f"format {name!r} cannot be written within maxLength {hi}: {e}")
         if built is None:
-            ctx.fail(jp(ptr, "format"), f"format {name!r} is not supported (supported: {', '.join(FORMATS)})")
+            ctx.unwritten(jp(ptr, "format"), kw, f"format {name!r} is not supported (supported: {', '.join(FORMATS)})")
         body, flo, fhi = built
     elif "pattern" in schema:
         pat = schema["pattern"]
@@ -68,11 +67,13 @@ def _shaped(schema: dict, ptr: str, ctx: Ctx, lo: int, hi: int, given_hi: bool) 
         try:
             body, flo, fhi = pattern_node(pat, repeat_cap=max(cap, 1), free_cap=hi, bounded=given_hi)
         except PatternError as e:
-            ctx.fail(jp(ptr, "pattern"), f"pattern {pat!r} {e}")
+            if "supported maximum" in str(e):             # past the ceilings no string matches: no superset either
+                ctx.fail(jp(ptr, "pattern"), f"pattern {pat!r} {e}")
+            ctx.unwritten(jp(ptr, "pattern"), kw, f"pattern {pat!r} {e}")
     if lo > flo or (given_hi and fhi > hi):
         what = "format " + repr(schema["format"]) if "format" in schema else "the pattern"
         limit = f"minLength {lo}" if lo > flo else f"maxLength {hi}"
-        ctx.fail(jp(ptr, limit.split()[0]), f"{what} matches {flo}..{fhi} characters, not all within {limit}; "
+        ctx.unwritten(jp(ptr, limit.split()[0]), kw, f"{what} matches {flo}..{fhi} characters, not all within {limit}; "
                  "only length limits that every match fits are supported")
     return body
 
@@ -229,11 +230,6 @@ def _declare_required(schema: dict, ptr: str) -> dict:
     return {**schema, "properties": {**props, **{r: extra for r in missing}}}
 
 
-# What says that objects.py cannot write an object keyword exactly (rather than that the schema is wrong).
-_UNWRITTEN = ("not supported", "is supported", "may also match", "needs more than", "needs at least",
-              "matches pattern")
-
-
 def _object(schema: dict, ptr: str, ctx: Ctx) -> Node:
     """schema/objects.py's object; lenient mode: without each object keyword it cannot write exactly (noted)."""
     inner = _enter(ptr, ctx)
@@ -241,14 +237,11 @@ def _object(schema: dict, ptr: str, ctx: Ctx) -> Node:
     while True:
         try:
             return object_node(schema, ptr, ctx, inner)
-        except SchemaError as e:
-            where, _, why = str(e).removeprefix(f"{ctx.where}: ").partition(": ")
-            keyword = where[len(ptr):].split("/")[1] if where.startswith(ptr + "/") else None
-            if keyword == "additionalProperties" and "patternProperties" in why:
-                keyword = "patternProperties"                # its keys are the complement: the patterns go
-            if ctx.options.mode == "strict" or keyword not in RELAXED or keyword not in schema \
-                    or not any(h in why for h in _UNWRITTEN):
+        except Unwritten as e:                            # a keyword it cannot write exactly, named
+            keyword = e.keyword
+            if ctx.options.mode == "strict" or keyword not in RELAXED or keyword not in schema:
                 raise
+            why = str(e).removeprefix(f"{ctx.where}: ").partition(": ")[2]
             ctx.relax(jp(ptr, keyword), keyword, why)
             schema = {k: v for k, v in schema.items() if k != keyword}
 

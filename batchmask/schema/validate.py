@@ -45,10 +45,6 @@ def check(value, schema, *, closed: bool = True) -> str | None:
     return f"{where}: {message}"
 
 
-def is_valid(value, schema, *, closed: bool = True) -> bool:
-    return validator(schema, closed).is_valid(value)
-
-
 # --- the validator -------------------------------------------------------------------------------------------
 def _integer(checker, v) -> bool:
     if isinstance(v, bool):
