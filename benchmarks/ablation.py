@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # runnable as a script from anywhere
+sys.path.append(str(ROOT))  # runnable as a script from anywhere (last: see tests/conftest.py)
 
 from benchmarks.common import add_plot_options, replot  # noqa: E402
 

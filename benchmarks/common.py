@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # runnable as a script from anywhere
+sys.path.append(str(ROOT))  # runnable as a script from anywhere (last: see tests/conftest.py)
 
 from batchmask.models.checkpoint import ModelConfig, random_weights, write_checkpoint  # noqa: E402
 from batchmask.models.llama import load_checkpoint  # noqa: E402

@@ -65,7 +65,7 @@ from pathlib import Path  # noqa: E402
 import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))  # last: see tests/conftest.py
 
 import triton  # noqa: E402
 import triton.testing  # noqa: E402

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # runnable as a script from anywhere
+sys.path.append(str(ROOT))  # runnable as a script from anywhere (last: see tests/conftest.py)
 
 from batchmask.models.tokenizer import load_tokenizer  # noqa: E402
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # runnable as a script from anywhere
+sys.path.append(str(ROOT))  # runnable as a script from anywhere (last: see tests/conftest.py)
 
 from benchmarks.common import add_plot_options, batch_axis, finish_plot, optional_import, replot  # noqa: E402
 

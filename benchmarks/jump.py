@@ -35,7 +35,7 @@ import jsonschema
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # runnable as a script from anywhere
+sys.path.append(str(ROOT))  # runnable as a script from anywhere (last: see tests/conftest.py)
 
 from batchmask.api import compile_grammar  # noqa: E402
 from batchmask.run.generation import BatchGenerator, GenerationConfig  # noqa: E402

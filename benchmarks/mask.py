@@ -35,7 +35,7 @@ from types import SimpleNamespace
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # runnable as a script from anywhere
+sys.path.append(str(ROOT))  # runnable as a script from anywhere (last: see tests/conftest.py)
 
 from batchmask.masker import BatchMasker  # noqa: E402
 from benchmarks.common import TOKENIZER, add_plot_options, batch_axis, finish_plot, optional_import, replot  # noqa: E402,I001

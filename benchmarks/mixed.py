@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))  # last: see tests/conftest.py
 
 from batchmask.models.checkpoint import ModelConfig  # noqa: E402
 

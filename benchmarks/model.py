@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # last: see tests/conftest.py
 
 from batchmask.models.checkpoint import ModelConfig, random_weights, write_checkpoint  # noqa: E402
 from batchmask.models.config import RopeConfig  # noqa: E402

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # runnable as a script from anywhere
+sys.path.append(str(ROOT))  # runnable as a script from anywhere (last: see tests/conftest.py)
 
 import torch  # noqa: E402
 from batchmask.models.tokenizer import load_tokenizer  # noqa: E402

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # runnable as a script from anywhere
+sys.path.append(str(ROOT))  # runnable as a script from anywhere (last: see tests/conftest.py)
 
 from benchmarks.common import TOKENIZER, add_plot_options, finish_plot, replot, synthetic_tokenizer  # noqa: E402
 from benchmarks.model import STORIES15M  # noqa: E402

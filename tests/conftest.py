@@ -9,6 +9,14 @@ import os
 import sys
 from pathlib import Path
 
+# The repository root holds kernels/ and models/ (they install as batchmask.kernels and batchmask.models). First on
+# sys.path (`python -m pytest` puts the working directory there) they would shadow the PyPI packages of those names:
+# transformers >= 5 imports the `kernels` package (Hugging Face's) and met this folder instead. The root goes last:
+# batchmask itself is installed (editable), and the scripts under benchmarks/ append it for the same reason.
+_ROOT = Path(__file__).resolve().parents[1]
+_at_root = [p for p in sys.path if Path(p or ".").resolve() == _ROOT]
+sys.path[:] = [p for p in sys.path if p not in _at_root] + [str(_ROOT)]
+
 # Without a GPU the Triton kernels run in Triton's interpreter. The switch is read when triton is first
 # imported, and any test module may be the first to import it: so it is set here, before all of them.
 if not os.path.exists("/dev/nvidiactl"):

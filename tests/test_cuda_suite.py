@@ -116,7 +116,7 @@ def test_a_kernel_mismatch_stops_the_run(tmp_path):
     script = f"""
 import sys
 sys.argv = ["cuda_suite.py", "--smoke", {str(out)!r}]
-sys.path.insert(0, {str(ROOT)!r})
+sys.path.append({str(ROOT)!r})
 from benchmarks import cuda_suite
 from batchmask.kernels import mask_triton
 real = mask_triton.sample_

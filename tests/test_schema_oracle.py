@@ -187,10 +187,10 @@ def explicit(schema, options):
         out["patternProperties"] = {names_pattern(schema.get("propertyNames", {}), options):
                                     explicit(schema["additionalProperties"], options)}
         out["additionalProperties"] = False
-        out["maxProperties"] = schema.get("maxProperties", max(options.max_items, schema.get("minProperties", 0)))
+        _cap(out, schema, options, "maxProperties", "minProperties")
     elif "patternProperties" in schema and not schema.get("properties"):                       # a pattern map
         out["additionalProperties"] = False
-        out["maxProperties"] = schema.get("maxProperties", max(options.max_items, schema.get("minProperties", 0)))
+        _cap(out, schema, options, "maxProperties", "minProperties")
     elif "object" in types or "properties" in schema:
         out["additionalProperties"] = False
     if ("string" in types or "minLength" in schema) and "maxLength" not in schema and "format" not in schema \
@@ -198,8 +198,8 @@ def explicit(schema, options):
         out["maxLength"] = max(options.max_string_length, schema.get("minLength", 0))
     if ("array" in types or "items" in schema) and "items" not in schema and "prefixItems" not in schema:
         out["items"] = any_schema(options, options.any_depth)
-    if ("array" in types or "items" in schema) and "maxItems" not in schema:
-        out["maxItems"] = max(options.max_items, schema.get("minItems", 0))
+    if "array" in types or "items" in schema:
+        _cap(out, schema, options, "maxItems", "minItems")
     if "format" in schema:
         out.pop("format")
         out["pattern"] = format_patterns(options)[schema["format"]]
@@ -207,6 +207,15 @@ def explicit(schema, options):
         out["pattern"] = capped_pattern(schema["pattern"], schema.get("maxLength", options.repeat_cap),
                                         schema.get("maxLength", options.max_string_length))
     return out
+
+
+def _cap(out: dict, schema: dict, options, most: str, least: str) -> None:
+    """An array's or map's count as batchmask writes it: the schema's own bound, else SchemaOptions.max_items
+    (None: no cap, as the schema says)."""
+    if most in schema:
+        out[most] = schema[most]
+    elif options.max_items is not None:
+        out[most] = max(options.max_items, schema.get(least, 0))
 
 
 def _joined_patterns(patterns: dict, options) -> dict:

@@ -23,7 +23,7 @@ give the same verdict; it cannot read the formats' Word nodes, so for groups wit
 walk stands alone), so a refusal does not come from how the vocabulary splits the text.
 
 Real bugs the suite found are KNOWN_BUGS: recorded, not failures, and `test_known_bugs` is an expected failure
-(strict) until they are fixed. One group is not compiled at all (TOO_LARGE: 26 s to fail).
+(strict) until they are fixed.
 
 What is skipped, group by group and instance by instance, is pinned in tests/data/json-schema-test-suite/SKIPPED.md
 (`test_skips_are_as_recorded`): a newly supported keyword, or a new refusal, changes it and fails until the file
@@ -51,10 +51,6 @@ from batchmask.schema.nodes import node_accepts
 SUITE = SCHEMA_SUITE / "draft2020-12"
 SKIPPED = SCHEMA_SUITE / "SKIPPED.md"
 FILES = sorted(p.relative_to(SUITE).as_posix() for p in SUITE.rglob("*.json"))   # optional/format/: 8 formats
-
-# Compiles that are not run here: the automaton passes its 200000-state limit only after ~26 s (a depth-4 array
-# of unbounded arrays of numbers: 17^4 item counts times a number's states). A GrammarBuildError, not a SchemaError.
-TOO_LARGE = {("items.json", "nested items"): "automaton too large (GrammarBuildError, not compiled here: 26 s)"}
 
 # Valid instances refused for a documented narrowing that no general rule of `narrowing` names.
 TYPE_INFERRED = "type inferred from the keywords"
@@ -126,8 +122,6 @@ def refusal(message: str) -> str:
 
 def group_skip(name: str, group: dict) -> str | None:
     """Why a group is not compiled, or None."""
-    if (name, group["description"]) in TOO_LARGE:
-        return TOO_LARGE[name, group["description"]]
     try:
         schema_node(group["schema"], options())
     except SchemaError as e:

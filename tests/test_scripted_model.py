@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 from data_paths import CATALOGUE, GPT2, LLAMA2, ROOT
 
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))  # last: see tests/conftest.py
 from batchmask.models import load_tokenizer  # noqa: E402
 
 from batchmask.api import compile_grammar  # noqa: E402

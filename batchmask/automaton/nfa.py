@@ -10,8 +10,10 @@ same block. Kinds:
     BLOCK  a value body of a value type, `next` after its closing byte   (Str, JsonStr)
     END    the value is complete
 
-Every edge goes from a later-built state to an earlier one (ids decrease along a path), so the
-shortest completion of every state is one pass in id order.
+A Repeat without a max is a loop: one ALT state whose options are the item (built before the loop state
+itself) and what follows. Every edge goes from a later-built state to an earlier one (ids decrease along a
+path) except a loop's edge into its item; an item is never empty, so the shortest completion of a loop state
+is always its exit, and the shortest completion of every state is still one pass in id order.
 """
 from __future__ import annotations
 
@@ -50,6 +52,9 @@ class NFA:
         self.masks: list[bytes] = []
         self._mask_id: dict[bytes, int] = {}
         self._built: dict = {}       # (id(node), k) -> state: a subtree met again (a tool in many sets) is not rebuilt
+        self._closure: dict = {}
+        self._open: dict = {}        # loop state whose item is being built -> (its item's first bytes or None, exit)
+        self._stale: list = []       # closures computed while a loop was open (they may miss its item)
         self.end = self._add(END, None, -1)
 
     def _add(self, kind, arg, nxt) -> int:
@@ -109,6 +114,8 @@ class NFA:
             return self._add(BYTE, self._mask(mask), k)
         if isinstance(node, Repeat):
             _check_bounds(node, where)
+            if node.max is None:
+                return self._loop(node, k, where)
             if self.runs and worth_a_run(node):
                 vt = item_run_type(node.item, NFA, BYTE)
                 if vt is not None and self._plain_end(bytes((vt.table[0] >= 0).astype(np.uint8)), k):
@@ -132,7 +139,7 @@ class NFA:
             return self._add(BLOCK, (vt.name, node.min, node.max), k)
         if isinstance(node, (Str, JsonStr)):
             _check_bounds(node, where)
-            if self.end in self.closure(k):
+            if self.end in self._follow(k)[0]:
                 raise GrammarBuildError(f"{_text(where)}: a string body must be followed by its closing quote, "
                                         "not by the end of the grammar")
             vt = value_type("seed" if isinstance(node, Str) else "json", self.utf8)
@@ -140,13 +147,52 @@ class NFA:
         raise GrammarBuildError(f"{_text(where)}: not a grammar node: {type(node).__name__} "
                                 "(expected Lit, Seq, Alt, ByteSet, Repeat, Str or JsonStr)")
 
+    def _loop(self, node: Repeat, k: int, where) -> int:
+        """Repeat(item, min, None): min copies of the item, then a loop state: the item again, or on to k.
+
+        The loop state is made first (its options wait for the item, which is built before it); while the
+        item is built, what follows the loop is its item's first bytes or k (`_follow`), and the closures
+        computed meanwhile are dropped once the loop is closed."""
+        first, empty = first_bytes(node.item)
+        if empty:
+            raise GrammarBuildError(f"{_text(where)}: a Repeat without a max needs an item that is never empty")
+        loop = self._add(ALT, ("loop", len(self.kind)), -1)            # a key no other state has
+        self._open[loop] = (first, k)
+        mark = len(self._stale)
+        body = self.build(node.item, loop, (where, ".item", None))
+        self.arg[loop] = (body, k)
+        del self._open[loop]
+        for i in self._stale[mark:]:
+            self._closure.pop(i, None)
+        del self._stale[mark:]
+        out = loop
+        for _ in range(node.min):
+            out = self.build(node.item, out, (where, ".item", None))
+        return out
+
+    def _follow(self, k: int):
+        """(the elements of state k, with open loops read through, the first bytes of those loops' items: a
+        list of masks, or None where an item starts with something else than a byte)."""
+        elems, firsts, todo, seen = [], [], [k], set()
+        while todo:
+            for e in self.closure(todo.pop()):
+                if e in self._open:
+                    if e not in seen:
+                        seen.add(e)
+                        first, exit_ = self._open[e]
+                        firsts.append(first)
+                        todo.append(exit_)
+                else:
+                    elems.append(e)
+        return elems, firsts
+
     def _plain_end(self, body: bytes, k: int) -> bool:
         """What follows state k starts with single bytes (no value, not the grammar's end), none of them in
         `body`: where a value of those bytes stops is then plain, as a block needs."""
-        after = self.closure(k)
-        if any(e == self.end or isinstance(e, tuple) or self.kind[e] != BYTE for e in after):
+        after, firsts = self._follow(k)
+        if any(e == self.end or isinstance(e, tuple) or self.kind[e] != BYTE for e in after) or None in firsts:
             return False
-        follow = bytes(max(col) for col in zip(*(self.masks[self.arg[e]] for e in after)))
+        follow = bytes(max(col) for col in zip(*(self.masks[self.arg[e]] for e in after), *firsts))
         return not any(a and b for a, b in zip(body, follow))
 
     def _alt(self, a: int, b: int) -> int:
@@ -158,6 +204,10 @@ class NFA:
         got = memo.get(i)
         if got is not None:
             return got
+        if self._open:
+            if i in self._open:
+                return (i,)                      # a loop being built: read through by _follow
+            self._stale.append(i)
         kind = self.kind[i]
         if kind == ALT:
             out = tuple(dict.fromkeys(e for o in self.arg[i] for e in self.closure(o, memo)))
@@ -168,7 +218,6 @@ class NFA:
         memo[i] = out
         return out
 
-    _closure: dict
 
 
 def _text(where) -> str:
@@ -181,7 +230,39 @@ def _text(where) -> str:
     return str(where) + "".join(reversed(parts))
 
 
+_NO_BYTES = bytes(256)
+
+
+def first_bytes(node) -> tuple:
+    """(the mask of the bytes a member of `node` may start with, whether `node` may be empty). The mask is None
+    where a member may start with a value block (a string body, a Word, a Repeat that may become a run)."""
+    if isinstance(node, Lit):
+        return (_ONE_BYTE[node.text[0]], False) if node.text else (_NO_BYTES, True)
+    if isinstance(node, ByteSet):
+        return bytes(node.mask), False
+    if isinstance(node, Repeat):
+        if node.max is not None and worth_a_run(node):
+            return None, node.min == 0
+        mask, empty = first_bytes(node.item)
+        return mask, empty or node.min == 0
+    if isinstance(node, (Seq, Alt)):
+        is_seq = isinstance(node, Seq)
+        mask, empty = _NO_BYTES, is_seq
+        for x in (node.items if is_seq else node.options):
+            m, e = first_bytes(x)
+            mask = None if mask is None or m is None else bytes(a | b for a, b in zip(mask, m))
+            if is_seq and not e:
+                return mask, False
+            empty = empty or e
+        return mask, empty
+    return None, getattr(node, "min", 1) == 0          # Str, JsonStr, Word: value blocks
+
+
 def _check_bounds(node, where):
+    if isinstance(node, Repeat) and node.max is None:
+        if not (isinstance(node.min, int) and node.min >= 0):
+            raise GrammarBuildError(f"{_text(where)}: Repeat min must be an integer >= 0, got min={node.min!r}")
+        return
     if not (isinstance(node.min, int) and isinstance(node.max, int) and 0 <= node.min <= node.max):
         raise GrammarBuildError(f"{_text(where)}: {type(node).__name__} bounds must be integers 0 <= min <= max, "
                                 f"got min={node.min!r}, max={node.max!r}")

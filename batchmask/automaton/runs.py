@@ -34,7 +34,8 @@ _MEMO_SIZE = 512
 
 
 def worth_a_run(node: Repeat) -> bool:
-    return node.max >= RUN_MIN_REPEATS
+    """A bounded Repeat long enough to cost unrolled (an unbounded one is a loop: one copy, no run)."""
+    return node.max is not None and node.max >= RUN_MIN_REPEATS
 
 
 def item_run_type(item, nfa_class, byte_kind: int) -> ValueType | None:
@@ -69,6 +70,8 @@ def _small_bytes_only(item) -> bool:
         if isinstance(n, Alt):
             return bool(n.options) and all(ok(x, times) for x in n.options)
         if isinstance(n, Repeat):
+            if n.max is None:
+                return isinstance(n.min, int) and n.min >= 0 and ok(n.item, times * max(n.min + 1, 1))
             return isinstance(n.max, int) and isinstance(n.min, int) and 0 <= n.min <= n.max \
                 and ok(n.item, times * max(n.max, 1))
         return False

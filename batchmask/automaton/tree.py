@@ -124,6 +124,35 @@ class _Subsets:
                 buckets.setdefault(c, []).extend(tgt)
         return [(c, tuple(dict.fromkeys(t))) for c, t in sorted(buckets.items())]
 
+    def merge_lockstep(self, elems: tuple) -> tuple:
+        """Block positions of one value type, bounds and cell (n, q) move in lockstep until the value ends: they
+        are one position of one block whose continuation is the Alt of theirs (an NFA state made here, hash-consed
+        like the others), so an anyOf of objects that differ only after a string is a block, not explicit states
+        for every cell of the string. Exact: the same moves inside, the union of the exits (set_moves)."""
+        nfa, groups = self.nfa, {}
+        for e in elems:
+            if type(e) is tuple:
+                j, n, q = e
+                groups.setdefault((nfa.arg[j], n, q), []).append(j)
+        if len(groups) == sum(type(e) is tuple for e in elems):
+            return elems
+        out, done = [], set()
+        for e in elems:
+            if type(e) is not tuple:
+                out.append(e)
+                continue
+            key = (nfa.arg[e[0]],) + e[1:]
+            if key in done:
+                continue
+            done.add(key)
+            js = groups[key]
+            if len(js) > 1:
+                nexts = tuple(dict.fromkeys(nfa.next[j] for j in js))
+                j = nfa._add(BLOCK, key[0], nexts[0] if len(nexts) == 1 else nfa._add(ALT, nexts, -1))
+                e = (j,) + e[1:]
+            out.append(e)
+        return tuple(out)
+
     def run(self) -> Automaton:
         nfa = self.nfa
         states: list[tuple] = []              # explicit subsets, in priority order
@@ -134,8 +163,12 @@ class _Subsets:
         positions: dict = {}                  # block position (j, n, q) -> its target code -1 - k
         parallel = [0]                        # explicit states holding two or more string positions
 
+        merge = self.merge_lockstep
+
         def target(elems: tuple) -> int:
             """An explicit state's id (made and queued when new), or -1 - k for the k-th block position."""
+            if len(elems) > 1 and sum(type(e) is tuple for e in elems) > 1:
+                elems = merge(elems)
             e0 = elems[0]
             if len(elems) == 1:
                 if type(e0) is tuple:

@@ -14,13 +14,14 @@ A tool with no required args is the single literal '{"tool":"NAME","args":{}}'.
 
 Typed tools (JSON Schema, issue 13) need more than linear paths: the grammar of a call is then a
 tree of the node types below (the schema front-end builds it, the automaton builder compiles it).
-Every node is bounded, so every call has a finite longest form:
+Every node but an unbounded Repeat is bounded (the token ceiling bounds a call):
 
     Lit(text)             exactly these bytes (may be empty)
     Seq(items)            one after another
     Alt(options)          exactly one of them; ties in `finish` go to the first
     ByteSet(mask)         one byte from a set (mask: 256 bools, as bytes 0/1)
-    Repeat(item, min, max) item, min..max times (unrolled by the builder)
+    Repeat(item, min, max) item, min..max times (unrolled by the builder); max None: min or more
+                          times (a loop: one copy of the item; the item may not be empty)
     Str(min, max)         the seed's value body (bytes; closing quote in the next Lit)
     JsonStr(min, max)     a JSON string body, min..max characters: raw UTF-8 characters (whole,
                           valid) except '"', '\\' and U+0000-U+001F, U+007F; the escapes
@@ -116,7 +117,7 @@ class ByteSet:
 class Repeat(_HashOnce):
     item: object
     min: int
-    max: int
+    max: int | None        # None: no upper bound
 
     __hash__ = _HashOnce.__hash__
 

@@ -87,8 +87,9 @@ class SchemaOptions:
                         bound: an unbounded integer is -(10^15-1) .. 10^15-1                  15
     fraction_digits     digits after the point in numbers and in times' fractions             6
     exponent_digits     exponent digits of numbers without any bound (bounded: no exponent)  2
-    max_items           maxItems of an array without one (a larger minItems wins); entries   16
-                        of a map (additionalProperties a schema, no properties)
+    max_items           maxItems of an array without one (a larger minItems wins); entries   None
+                        of a map (additionalProperties a schema, no properties); None: no
+                        cap (a loop: the token ceiling bounds the value)
     max_depth           nesting of arrays and objects inside one value (the value itself is 1) 32
                         (real schemas nest 10-20 deep)
     recursion_depth     the nesting at which unrolled recursion (a $ref inside itself) stops:   8
@@ -107,7 +108,7 @@ class SchemaOptions:
     int_digits: int = 15
     fraction_digits: int = 6
     exponent_digits: int = 2
-    max_items: int = 16
+    max_items: int | None = None
     max_depth: int = 32
     recursion_depth: int = 8
     ref_depth: int = 3
@@ -122,6 +123,8 @@ class SchemaOptions:
                           ("exponent_digits", 0), ("max_items", 0), ("max_depth", 1), ("recursion_depth", 1),
                           ("ref_depth", 1), ("repeat_cap", 1), ("any_depth", 0)):
             v = getattr(self, name)
+            if v is None and name == "max_items":
+                continue
             if not isinstance(v, int) or isinstance(v, bool) or v < low:
                 raise ValueError(f"SchemaOptions.{name} must be an integer >= {low}, got {v!r}")
 

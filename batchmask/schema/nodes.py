@@ -154,7 +154,9 @@ def _ends(node: Node, data: bytes, starts: frozenset) -> frozenset:
     if isinstance(node, Repeat):
         out = set(starts) if node.min == 0 else set()      # positions after min..i-1 items
         cur = starts
-        for i in range(1, node.max + 1):
+        i = 0
+        while node.max is None or i < node.max:          # a loop ends once nothing new is reached
+            i += 1
             cur = _ends(node.item, data, cur)
             # Nothing new can come once every position is one already reached after >= min items.
             if not cur or (i > node.min and cur <= out):

@@ -241,13 +241,14 @@ def _chain(members: list, free: list, lo: int, hi, deps: dict, schema: dict, ptr
 
     def end(c: int) -> Node | None:
         f_lo = max(lo - c, 0)
-        f_hi = 0 if entry is None else (min(hi, ITEMS_CEILING) - c if hi is not None else max(o.max_items, f_lo))
-        if f_lo > f_hi:
+        f_hi = 0 if entry is None else (min(hi, ITEMS_CEILING) - c if hi is not None else
+                                        None if o.max_items is None else max(o.max_items, f_lo))
+        if f_hi is not None and f_lo > f_hi:              # f_hi None: free keys without a cap (a loop)
             return None
         if f_hi == 0:
             return lit(b"")
         if c == 0:
-            rest = Repeat(seq(sep, entry), 0, f_hi - 1) if f_hi > 1 else lit(b"")
+            rest = lit(b"") if f_hi == 1 else Repeat(seq(sep, entry), 0, None if f_hi is None else f_hi - 1)
             return alt(*([lit(b"")] if f_lo == 0 else []), seq(entry, rest))
         return Repeat(seq(sep, entry), f_lo, f_hi)
 

@@ -51,7 +51,8 @@ class _NFA:
         if isinstance(node, Repeat):
             for _ in range(min(node.min, _COPIES)):
                 start = self.build(node.item, start)
-            return self._star(node.item, start) if node.max > node.min or node.min > _COPIES else start
+            more = node.max is None or node.max > node.min or node.min > _COPIES
+            return self._star(node.item, start) if more else start
         if isinstance(node, JsonStr):
             return self._star(_ANY_CHAR, start)
         if isinstance(node, Str):

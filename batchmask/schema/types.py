@@ -194,22 +194,24 @@ def _array(schema: dict, ptr: str, ctx: Ctx) -> Node:
             rest = ctx.build(items, jp(ptr, "items"), inner)
         except Empty:
             rest = None
-    longest = len(heads) if rest is None else (hi if hi is not None else max(ctx.options.max_items, lo))
-    if hi is not None:
+    cap = ctx.options.max_items
+    longest = len(heads) if rest is None else (hi if hi is not None else None if cap is None else max(cap, lo))
+    if hi is not None and longest is not None:
         longest = min(longest, hi)
-    if lo > longest:
+    if longest is not None and lo > longest:
         raise Empty(jp(ptr, "minItems"), f"no array has {lo}..{longest} items")
     sep = lit(ctx.item_sep)
 
     def tail(i: int) -> Node:                             # after i items
         options = [lit(b"]")] if i >= lo else []
-        if i < longest:
+        if longest is None or i < longest:
             lead = sep if i else lit(b"")
             if i < len(heads):
                 options.append(seq(lead, heads[i], tail(i + 1)))
-            else:
+            else:                                          # the items after the prefix: a loop without a cap
                 more = max(lo - i, 1)
-                options.append(seq(lead, rest, Repeat(seq(sep, rest), more - 1, longest - i - 1), lit(b"]")))
+                options.append(seq(lead, rest, Repeat(seq(sep, rest), more - 1, _less(longest, i + 1)),
+                                   lit(b"]")))
         return alt(*options)
     return seq(lit(b"["), tail(0))
 
@@ -259,10 +261,15 @@ def any_node(ctx: Ctx, depth: int) -> Node:
     inner = any_node(replace(ctx, depth=ctx.depth + 1), depth - 1)
     sep, n = lit(ctx.item_sep), o.max_items
     key = seq(lit(b'"'), JsonStr(0, o.max_string_length), lit(b'"'), lit(ctx.key_sep))
-    array = seq(lit(b"["), alt(lit(b""), seq(inner, Repeat(seq(sep, inner), 0, n - 1))), lit(b"]"))
+    array = seq(lit(b"["), alt(lit(b""), seq(inner, Repeat(seq(sep, inner), 0, _less(n, 1)))), lit(b"]"))
     entry = seq(key, inner)
-    obj = seq(lit(b"{"), alt(lit(b""), seq(entry, Repeat(seq(sep, entry), 0, n - 1))), lit(b"}"))
+    obj = seq(lit(b"{"), alt(lit(b""), seq(entry, Repeat(seq(sep, entry), 0, _less(n, 1)))), lit(b"}"))
     return alt(*scalars, array, obj)
+
+
+def _less(cap: int | None, k: int) -> int | None:
+    """A Repeat's max `cap - k` (None, no cap, stays None)."""
+    return None if cap is None else cap - k
 
 
 def _any(schema: dict, ptr: str, ctx: Ctx) -> Node:
