@@ -33,9 +33,9 @@ def to_regex(node) -> bytes:
         assert members, "empty ByteSet"
         return b"[" + b"".join(b"\\x%02x" % b for b in members) + b"]"
     if isinstance(node, Repeat):
-        return b"(?:" + to_regex(node.item) + b"){%d,%d}" % (node.min, node.max)
+        return b"(?:" + to_regex(node.item) + b")" + _times(node.min, node.max)
     if isinstance(node, JsonStr):
-        return JSON_CHAR + b"{%d,%d}" % (node.min, node.max)
+        return JSON_CHAR + _times(node.min, node.max)
     if isinstance(node, Str):
         return SEED_BYTE + b"{%d,%d}" % (node.min, node.max)
     if isinstance(node, Word):              # one byte of start and end; or start, body..., end
@@ -48,6 +48,11 @@ def to_regex(node) -> bytes:
                          + _class(end))
         return b"(?:" + b"|".join(forms) + b")"
     raise TypeError(node)
+
+
+def _times(lo: int, hi: int | None) -> bytes:
+    """A regex repetition {lo,hi}; hi None: {lo,} (no max)."""
+    return b"{%d,}" % lo if hi is None else b"{%d,%d}" % (lo, hi)
 
 
 def _members(mask) -> list[int]:
@@ -87,6 +92,8 @@ def random_char(rng: random.Random) -> bytes:
 
 
 def _count(rng, lo, hi, push):
+    if hi is None:                      # no max: a few more than the minimum, now and then many more
+        hi = lo + (300 if push and rng.random() < 0.2 else 12)
     if push and rng.random() < 0.3:
         return rng.choice([lo, hi])
     return rng.randint(lo, min(hi, lo + 12)) if rng.random() < 0.8 else rng.randint(lo, hi)

@@ -148,14 +148,29 @@ TYPE_WORDS = {"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "minLe
 def any_schema(options, depth: int) -> dict:
     """Any JSON value as batchmask bounds it (SchemaOptions: strings, items, map entries; any_depth levels of
     arrays and maps), written as an explicit schema for llguidance."""
-    branches = [{"type": "null"}, {"type": "boolean"}, {"type": "number"},
-                {"type": "string", "maxLength": options.max_string_length}]
-    if depth > 0 and options.max_items > 0:
+    string = {"type": "string"}
+    _put(string, "maxLength", options.max_string_length)
+    branches = [{"type": "null"}, {"type": "boolean"}, {"type": "number"}, string]
+    if depth > 0 and options.max_items != 0:
         inner = any_schema(options, depth - 1)
-        branches += [{"type": "array", "items": inner, "maxItems": options.max_items},
-                     {"type": "object", "patternProperties": {"^[\\s\\S]{0,%d}$" % options.max_string_length: inner},
-                      "additionalProperties": False, "maxProperties": options.max_items}]
+        array = {"type": "array", "items": inner}
+        _put(array, "maxItems", options.max_items)
+        obj = {"type": "object", "patternProperties": {_chars(0, options.max_string_length): inner},
+               "additionalProperties": False}
+        _put(obj, "maxProperties", options.max_items)
+        branches += [array, obj]
     return {"anyOf": branches}
+
+
+def _put(schema: dict, key: str, cap) -> None:
+    """schema[key] = cap, where SchemaOptions has a cap (None: none, as batchmask writes it)."""
+    if cap is not None:
+        schema[key] = cap
+
+
+def _chars(lo: int, hi) -> str:
+    """The pattern of a string of lo..hi characters (hi None: no max)."""
+    return "^[\\s\\S]{%d,%s}$" % (lo, "" if hi is None else hi)
 
 
 def explicit(schema, options):
@@ -195,7 +210,8 @@ def explicit(schema, options):
         out["additionalProperties"] = False
     if ("string" in types or "minLength" in schema) and "maxLength" not in schema and "format" not in schema \
             and "pattern" not in schema and "enum" not in schema and "const" not in schema:
-        out["maxLength"] = max(options.max_string_length, schema.get("minLength", 0))
+        if options.max_string_length is not None:
+            out["maxLength"] = max(options.max_string_length, schema.get("minLength", 0))
     if ("array" in types or "items" in schema) and "items" not in schema and "prefixItems" not in schema:
         out["items"] = any_schema(options, options.any_depth)
     if "array" in types or "items" in schema:
@@ -236,7 +252,7 @@ def names_pattern(names: dict, options) -> str:
         return capped_pattern(names["pattern"], options.repeat_cap, options.max_string_length)
     if "enum" in names:
         return "^(?:%s)$" % "|".join(re.escape(v) for v in names["enum"] if isinstance(v, str))
-    return "^[\\s\\S]{%d,%d}$" % (names.get("minLength", 0), names.get("maxLength", options.max_string_length))
+    return _chars(names.get("minLength", 0), names.get("maxLength", options.max_string_length))
 
 
 def _subset_branches(schema: dict, options) -> list[dict]:
@@ -260,7 +276,9 @@ def _subset_branches(schema: dict, options) -> list[dict]:
         branch.update(type="object", properties={p: s for p, s in props.items() if p in present},
                       required=[p for p in props if p in present], additionalProperties=False)
         if free:
-            branch.update(minProperties=lo, maxProperties=hi if hi is not None else n + options.max_items)
+            branch.update(minProperties=lo)
+            if hi is not None or options.max_items is not None:
+                branch.update(maxProperties=hi if hi is not None else n + options.max_items)
         out.append(branch)
     return out
 
@@ -268,11 +286,11 @@ def _subset_branches(schema: dict, options) -> list[dict]:
 def _last_at_minimum(pattern: str) -> str:
     """A pattern without `$` whose last quantifier ({m,n} after the rewriting above, or ?) reads its minimum:
     re.search's reading, S{m,n} then anything is S{m} then anything (docs/json-schema.md), written so."""
-    m = re.search(r"\{(\d+),(\d+)\}\??$|\?$", pattern)
+    m = re.search(r"\{(\d+),(\d*)\}\??$|[?*+]\??$", pattern)
     if m is None:
         return pattern
-    if m.group(0).startswith("?"):                       # X? at the end: X{0}
-        low, body = 0, pattern[:m.start()]
+    if m.group(0)[0] in "?*+":                           # X? or X* at the end: X{0}; X+: X{1}
+        low, body = int(m.group(0)[0] == "+"), pattern[:m.start()]
     else:
         low, body = int(m.group(1)), pattern[:m.start()]
     return body + "{%d}" % low if low else _drop_last_atom(body)
@@ -293,19 +311,20 @@ def _drop_last_atom(pattern: str) -> str:
     return pattern[:-1]
 
 
-def capped_pattern(pattern: str, cap: int, free: int) -> str:
-    """`*`, `+` and `{m,}` as at most `cap` repetitions (SchemaOptions.repeat_cap, or maxLength when given),
-    \\d \\w \\s as ASCII classes, and a side without its anchor as up to `free` free characters (re.search's
-    reading, bounded): docs/json-schema.md.
+def capped_pattern(pattern: str, cap: int | None, free: int | None) -> str:
+    """`*`, `+` and `{m,}` as at most `cap` repetitions (SchemaOptions.repeat_cap, or maxLength when given; None:
+    as they are), \\d \\w \\s as ASCII classes, and a side without its anchor as up to `free` free characters
+    (None: any number; re.search's reading): docs/json-schema.md.
     Plain text rewriting: enough for the test's patterns, which hold no escaped or bracketed quantifier and no
     top-level alternation."""
-    pattern = re.sub(r"\{(\d+),\}", lambda m: "{%s,%d}" % (m.group(1), max(cap, int(m.group(1)))), pattern)
-    pattern = pattern.replace("*", "{0,%d}" % cap).replace("+", "{1,%d}" % cap)
+    if cap is not None:
+        pattern = re.sub(r"\{(\d+),\}", lambda m: "{%s,%d}" % (m.group(1), max(cap, int(m.group(1)))), pattern)
+        pattern = pattern.replace("*", "{0,%d}" % cap).replace("+", "{1,%d}" % cap)
     # \d \w \s are ASCII (docs/json-schema.md; Python's and llguidance's are Unicode): the test's patterns
     # use them outside classes only
     for esc, ascii_class in (("\\d", "[0-9]"), ("\\w", "[A-Za-z0-9_]"), ("\\s", "[ \\t\\n\\r\\f\\v]")):
         pattern = pattern.replace(esc, ascii_class)
-    any_char = "[\\s\\S]{0,%d}" % free
+    any_char = "[\\s\\S]*" if free is None else "[\\s\\S]{0,%d}" % free
     if not pattern.endswith("$"):
         pattern = _last_at_minimum(pattern)
     head = pattern[1:] if pattern.startswith("^") else any_char + pattern
@@ -419,7 +438,7 @@ def walk(*args, **kw):
 
 
 def _walk(g, m, name: str, schema, options, rng: random.Random, push: float, steer: bytes = b"",
-          finish_at: int | None = None, max_steps: int = 3000):
+          finish_at: int | None = None, max_steps: int = 3000, close_after: int = 400):
     v = vocab(name)
     V = len(v.token_bytes)
     structural, backslash = token_kinds(name)
@@ -448,7 +467,12 @@ def _walk(g, m, name: str, schema, options, rng: random.Random, push: float, ste
             assert m.is_accepting() or m.is_stopped()
             return text
         pool = ours & theirs & ~is_stop       # bool [V]; both sides must take it (see LLG_NUMBER_RANGES)
-        if steer and len(text) < len(steer):
+        if step >= close_after:               # long enough (values have no cap): towards the shortest completion
+            owed = g.finish_bytes(state)
+            fit = [t for t in np.flatnonzero(pool).tolist() if v.token_bytes[t] and owed.startswith(v.token_bytes[t])]
+            if fit:
+                pool = np.isin(np.arange(V), max(fit, key=lambda t: len(v.token_bytes[t])))
+        elif steer and len(text) < len(steer):
             fit = [t for t in np.flatnonzero(pool).tolist() if steer.startswith((text + v.token_bytes[t])[:len(steer)])]
             pool = np.isin(np.arange(V), fit) if fit else pool
         elif time.perf_counter() - t0 < WALK_SECONDS and rng.random() < push:

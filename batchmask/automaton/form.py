@@ -36,6 +36,24 @@ class Block:
     exits: np.ndarray               # int64 [256]: the state after each ending byte, -1 for the others
     label: object = None            # what the block stands for (describe)
     entry_depth: int = 0            # the deepest count an explicit state's byte leads into
+    saturates: int | None = None    # a value without a max (max is values.UNBOUNDED): its last row, where the
+                                    # count stops (a move past it lands in it; values.py's module docstring)
+
+    def row_after(self, n):
+        """The row a move to count n lands in (numpy or torch): n itself, or the last row of a saturating block."""
+        if self.saturates is None:
+            return n
+        return n.clamp(max=self.saturates) if hasattr(n, "clamp") else np.minimum(n, self.saturates)
+
+    def saturated_grid(self, rows: int) -> np.ndarray:
+        """int64 [rows, Q]: `local` padded to `rows` rows, each row past a saturating block's last one that row
+        again (so a move read off the grid lands where the count stops), past a bounded block's cap -1."""
+        g = np.full((rows, self.local.shape[1]), -1, dtype=np.int64)
+        part = self.local[:rows]
+        g[:len(part)] = part
+        if self.saturates is not None and rows > len(part):
+            g[len(part):] = self.local[self.saturates]
+        return g
 
     @property
     def grid(self) -> np.ndarray:   # int64 [max+1, Q]: state id of cell (n, q), -1 where there is none
@@ -166,7 +184,8 @@ def byte_table(aut: Automaton, token_len: int, tails: np.ndarray | None = None):
     depth, kept = [], []                                       # per block: how deep its rows go, cells kept
     after = _entry_tails(aut, tails) if tails is not None else [max(token_len, 1) - 1] * len(aut.blocks)
     for blk, t in zip(aut.blocks, after):
-        depth.append(min(blk.max + 1, blk.entry_depth + 1 + max(int(t), 0)))
+        deep = blk.entry_depth + 1 + max(int(t), 0)
+        depth.append(blk.saturates + 1 if blk.saturates is not None else min(blk.max + 1, deep))
         kept.append(int(np.searchsorted(blk.ns, depth[-1])))  # cells are in count order: the first ones
     explicit = explicit_states(aut)
     from_compact = np.concatenate([explicit] + [blk.base + np.arange(k) for blk, k in zip(aut.blocks, kept)]) \
@@ -202,9 +221,8 @@ def byte_table(aut: Automaton, token_len: int, tails: np.ndarray | None = None):
             nb.append(n)
             # the grid rows a kept cell can reach (compact ids), padded with illegal rows past the cap
             top = min(depth[k], b.max + 1) + rows_up
-            g = np.full((top, Q), -1, dtype=np.int64)
-            part = b.local[:top]
-            g[:len(part)] = np.where(part >= 0, part + b.base, -1)
+            g = b.saturated_grid(top)
+            g = np.where(g >= 0, g + b.base, -1)
             grids.append(to_compact[g.reshape(-1)])                          # int32
             gstart.append(gstart[-1] + top * Q)
         j = np.repeat(np.arange(len(ks)), nb)                               # [N] block (within the type) of each cell

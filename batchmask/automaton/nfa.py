@@ -259,9 +259,10 @@ def first_bytes(node) -> tuple:
 
 
 def _check_bounds(node, where):
-    if isinstance(node, Repeat) and node.max is None:
+    if isinstance(node, (Repeat, JsonStr)) and node.max is None:
         if not (isinstance(node.min, int) and node.min >= 0):
-            raise GrammarBuildError(f"{_text(where)}: Repeat min must be an integer >= 0, got min={node.min!r}")
+            raise GrammarBuildError(f"{_text(where)}: {type(node).__name__} min must be an integer >= 0, "
+                                    f"got min={node.min!r}")
         return
     if not (isinstance(node.min, int) and isinstance(node.max, int) and 0 <= node.min <= node.max):
         raise GrammarBuildError(f"{_text(where)}: {type(node).__name__} bounds must be integers 0 <= min <= max, "

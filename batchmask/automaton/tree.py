@@ -18,7 +18,7 @@ from collections import deque
 
 import numpy as np
 
-from ..grammar.values import close_ok, stays_ok, value_type_named
+from ..grammar.values import UNBOUNDED, close_ok, stays_ok, value_type_named
 from .form import Automaton, Block, row_classes
 from .nfa import ALT, BLOCK, BYTE, END, MAX_NFA, NFA, GrammarBuildError
 
@@ -95,12 +95,16 @@ class _Subsets:
             vname, lo, hi = nfa.arg[j]
             vt = self.vts[vname]
             exit_moves = {}
+            if hi is None:                                               # no max: the count stops at a row
+                hi = UNBOUNDED
             if close_ok(vt, n, q, lo, hi):
                 if j not in self._exit_moves:
                     self._exit_moves[j] = dict(self.set_moves(nfa.closure(nfa.next[j])))
                 exit_moves = self._exit_moves[j]
             q2s = vt.table[q, self.rep]                                  # every class at once
             n2s = n + vt.inc[q, self.rep]
+            if hi == UNBOUNDED:
+                n2s = np.minimum(n2s, vt.far_from(lo))
             stays = np.flatnonzero(stays_ok(vt, n2s, q2s, hi)).tolist()
             inside = dict(zip(stays, zip(n2s[stays].tolist(), q2s[stays].tolist())))
             for c in sorted(inside.keys() | exit_moves.keys()):
@@ -235,9 +239,10 @@ class _Subsets:
         for j in sorted(blocks_seen):
             vname, lo, hi = nfa.arg[j]
             vt = self.vts[vname]
-            local, ns, qs = vt.local_cells(hi)
-            blk = Block(vt, lo, hi, base, local, ns, qs, np.full(256, -1, dtype=np.int64),
-                        label=(vname, lo, hi, j), entry_depth=blocks_seen[j])
+            local, ns, qs = vt.local_cells(hi) if hi is not None else vt.saturated_cells(lo)
+            blk = Block(vt, lo, UNBOUNDED if hi is None else hi, base, local, ns, qs, np.full(256, -1, dtype=np.int64),
+                        label=(vname, lo, hi, j), entry_depth=blocks_seen[j],
+                        saturates=None if hi is not None else vt.far_from(lo))
             block_of[j] = blk
             blocks.append(blk)
             base += blk.size

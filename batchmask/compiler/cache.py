@@ -53,6 +53,11 @@ def node_to_json(node):
     raise TypeError(f"not a grammar node: {type(node).__name__}")
 
 
+def _bound(x) -> int | None:
+    """A Repeat's or JsonStr's max as saved (null: no max)."""
+    return None if x is None else int(x)
+
+
 def node_from_json(obj):
     kind = next(iter(obj)) if isinstance(obj, dict) and obj else None
     if kind == "lit":
@@ -64,11 +69,11 @@ def node_from_json(obj):
     if kind == "byteset":
         return ByteSet(bytes.fromhex(obj["byteset"]))
     if kind == "repeat":
-        return Repeat(node_from_json(obj["repeat"]), int(obj["min"]), int(obj["max"]))
+        return Repeat(node_from_json(obj["repeat"]), int(obj["min"]), _bound(obj["max"]))
     if kind == "str":
         return Str(int(obj["str"][0]), int(obj["str"][1]))
     if kind == "jsonstr":
-        return JsonStr(int(obj["jsonstr"][0]), int(obj["jsonstr"][1]))
+        return JsonStr(int(obj["jsonstr"][0]), _bound(obj["jsonstr"][1]))
     if kind == "word":
         s, b, e, lo, hi = obj["word"]
         return Word(bytes.fromhex(s), bytes.fromhex(b), bytes.fromhex(e), int(lo), int(hi))

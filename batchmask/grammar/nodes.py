@@ -23,7 +23,8 @@ Every node but an unbounded Repeat is bounded (the token ceiling bounds a call):
     Repeat(item, min, max) item, min..max times (unrolled by the builder); max None: min or more
                           times (a loop: one copy of the item; the item may not be empty)
     Str(min, max)         the seed's value body (bytes; closing quote in the next Lit)
-    JsonStr(min, max)     a JSON string body, min..max characters: raw UTF-8 characters (whole,
+    JsonStr(min, max)     a JSON string body, min..max characters (max None: no max; a value block whose
+                          count stops once the minimum is met): raw UTF-8 characters (whole,
                           valid) except '"', '\\' and U+0000-U+001F, U+007F; the escapes
                           \\" \\\\ \\b \\f \\n \\r \\t and \\u00XX (only for the characters
                           that may not be raw); an escape counts as one character. The closing
@@ -125,7 +126,7 @@ class Repeat(_HashOnce):
 @dataclass(frozen=True)
 class JsonStr:
     min: int
-    max: int
+    max: int | None        # None: no upper bound
 
 
 @dataclass(frozen=True)

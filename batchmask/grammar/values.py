@@ -22,6 +22,11 @@ and the table builder (table/build.py) judge a value:
 
 (`stays_need` restates stays_ok per (sub-state, byte) for builders that vary only n and max.)
 
+A value without a max (JsonStr(min, None)) has the same rules with max = UNBOUNDED, and its grid stops at the
+row `far_from(min)`: from there on every count has every sub-state and the minimum is met, so the rows are all
+alike and the last one stands for them all (its count *saturates*: a move past it lands in it). Its cells are
+`saturated_cells`; the builders send a move from count n by k units to min(n + k, that row).
+
 The byte that ends a value (the closing quote) belongs to what follows; at an accepting sub-state
 it must not be a byte the value could also take, so where a value ends needs no lookahead.
 """
@@ -38,6 +43,7 @@ from .nodes import QUOTE
 
 BACKSLASH = 0x5C
 FILL = b"?"          # one unit, used by `finish` to pad a value up to its minimum
+UNBOUNDED = 1 << 29  # the max the rules read for a value without one (stays_need's "never", 2^30, stays above it)
 CELLS_KEPT = 64      # value layouts kept per value type (by cap)
 
 
@@ -116,10 +122,16 @@ class ValueType:
             kept.popitem(last=False)
         return got
 
-    def _cells_from_0(self, max_: int):
+    def saturated_cells(self, min_: int):
+        """The cells of a value without a max (see the module docstring): rows 0 .. far_from(min_), the last one
+        full and standing for every count from there on. Shared and read-only, as local_cells."""
+        return self.local_cells(("saturated", self.far_from(min_)))
+
+    def _cells_from_0(self, max_):
+        rows, cap = (max_[1] + 1, UNBOUNDED) if isinstance(max_, tuple) else (max_ + 1, max_)
         order = np.argsort(self.rank)                                      # sub-states in row order
-        n = np.arange(max_ + 1)[:, None]                                   # [max+1, 1]
-        ok = cell_ok(self, n, order[None, :], max_)                        # [max+1, Q] in row order
+        n = np.arange(rows)[:, None]                                       # [rows, 1]
+        ok = cell_ok(self, n, order[None, :], cap)                         # [rows, Q] in row order
         ids = np.full(ok.shape, -1, dtype=np.int64)
         ids[ok] = np.arange(int(ok.sum()))
         grid = np.empty_like(ids)

@@ -76,13 +76,16 @@ def is_annotation(keyword: str) -> bool:
 # above it is refused. LENGTH_CEILING matches --max-string's maximum (batchmask/run/limits.py MAX_STRING).
 LENGTH_CEILING = 65536   # characters of one string
 ITEMS_CEILING = 1024     # items of one array
+FORMAT_BUDGET = 256      # characters of a narrowed format's value (hostname, email, uri) without a maxLength
+NULLABLE_REPEATS = 16    # repeats of a pattern's *, + or {m,} whose item may be empty (a loop needs one that is not)
 
 
 @dataclass(frozen=True)
 class SchemaOptions:
     """Caps that keep every value bounded (docs/json-schema.md has the table).
 
-    max_string_length   maxLength of a string without one (a larger minLength wins)          256
+    max_string_length   maxLength of a string without one (a larger minLength wins); None:  None
+                        no cap (a value block whose count stops once minLength is met)
     int_digits          digits of an integer (or a number's integer part) on a side without a
                         bound: an unbounded integer is -(10^15-1) .. 10^15-1                  15
     fraction_digits     digits after the point in numbers and in times' fractions             6
@@ -96,7 +99,9 @@ class SchemaOptions:
                         its optional branches are left out there
     ref_depth           times one $ref may expand inside itself (recursion is unrolled;
                         past it, optional branches that recurse are left out)                 3
-    repeat_cap          repetitions of *, + and {m,} in a pattern (maxLength when given)      16
+    repeat_cap          repetitions of *, + and {m,} in a pattern (maxLength when given);   None
+                        None: no cap (a loop), but for an item that may be empty (`(a?)*`):
+                        NULLABLE_REPEATS
     any_depth           arrays and maps nested inside a value of any type (a schema `true`,
                         `{}` or without a type; an array without items): 0 scalars only       1
     mode                what a keyword the automaton cannot write exactly does (RELAXED):   "lenient"
@@ -104,7 +109,7 @@ class SchemaOptions:
                         "lenient" compiles without it, reports it (Relaxation) and the run
                         validates each finished value against the schema (jsonschema)
     """
-    max_string_length: int = 256
+    max_string_length: int | None = None
     int_digits: int = 15
     fraction_digits: int = 6
     exponent_digits: int = 2
@@ -112,7 +117,7 @@ class SchemaOptions:
     max_depth: int = 32
     recursion_depth: int = 8
     ref_depth: int = 3
-    repeat_cap: int = 16
+    repeat_cap: int | None = None
     any_depth: int = 1
     mode: str = "lenient"
 
@@ -123,7 +128,7 @@ class SchemaOptions:
                           ("exponent_digits", 0), ("max_items", 0), ("max_depth", 1), ("recursion_depth", 1),
                           ("ref_depth", 1), ("repeat_cap", 1), ("any_depth", 0)):
             v = getattr(self, name)
-            if v is None and name == "max_items":
+            if v is None and name in ("max_items", "max_string_length", "repeat_cap"):
                 continue
             if not isinstance(v, int) or isinstance(v, bool) or v < low:
                 raise ValueError(f"SchemaOptions.{name} must be an integer >= {low}, got {v!r}")

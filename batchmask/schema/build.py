@@ -241,8 +241,8 @@ def _satisfies(rest: dict, value, ptr: str, ctx: Ctx, nodes: dict) -> bool:
         return ((low is None or (x > low[0] if low[1] else x >= low[0]))
                 and (high is None or (x < high[0] if high[1] else x <= high[0])))
     if kind not in nodes:                                  # one node per kind, shared by the values
-        wide = replace(ctx, options=replace(ctx.options, max_string_length=10 ** 9, max_items=None,
-                                            repeat_cap=10 ** 6))
+        wide = replace(ctx, options=replace(ctx.options, max_string_length=None, max_items=None,
+                                            repeat_cap=None))
         try:
             nodes[kind] = _build(dict(applicable, type=kind), ptr, wide)
         except Empty:

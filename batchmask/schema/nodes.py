@@ -170,7 +170,7 @@ def _ends(node: Node, data: bytes, starts: frozenset) -> frozenset:
             n = 0
             if node.min == 0:
                 out.add(p)
-            while n < node.max:
+            while node.max is None or n < node.max:
                 if isinstance(node, Str):
                     p = p + 1 if p < len(data) and is_body_byte(data[p]) else -1
                 else:

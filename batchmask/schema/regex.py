@@ -17,7 +17,9 @@ it), and its last quantified part is written at its minimum (re.search's reading
 then anything, without the ambiguity of where the repetition ends); a branch without `^` is generated as
 though it had one (the value starts with the match: a free run before it could not be told from the match by
 the string automaton);
-`*`, `+` and `{m,}` repeat at most `repeat_cap` times (at least m). Each pattern character is one JSON
+`*`, `+` and `{m,}` repeat at most `repeat_cap` times (at least m); with `repeat_cap` None, without a cap (a loop),
+unless the repeated item may be empty (`(a?)*`: base.NULLABLE_REPEATS times). `free_cap` None: the free characters
+are not counted either. A part's longest match is then `math.inf`. Each pattern character is one JSON
 character, written as JsonStr writes it (schema_strings.char_node), so the body is valid JSON string content.
 
 `search=True` reads a pattern the other way, for schema/overlap.py: a node holding *at least* every string
@@ -27,8 +29,10 @@ outside negated classes widened to every character outside ASCII (Python's are U
 """
 from __future__ import annotations
 
+import math
+
 from ..grammar.nodes import JsonStr, Node, Repeat
-from .base import LENGTH_CEILING
+from .base import LENGTH_CEILING, NULLABLE_REPEATS
 from .nodes import EMPTY, alt, seq
 from .strings import char_node, complement
 
@@ -48,7 +52,7 @@ class PatternError(ValueError):
         self.offset = offset
 
 
-Part = tuple[Node, int, int]            # node, min and max length in characters
+Part = tuple[Node, int, int]            # node, min and max length in characters (max math.inf: no max)
 
 
 class _Parser:
@@ -110,10 +114,10 @@ class _Parser:
             # precede it, even without `^`: a value body must end at its closing quote, so a free run could only
             # stand at the end; a value that starts with the match still satisfies the pattern.
             tail = max(0, self.free_cap - hi) if self.bounded and hi <= self.free_cap else self.free_cap
-            node, hi = seq(node, JsonStr(0, tail)), hi + tail
+            node, hi = seq(node, JsonStr(0, tail)), hi + _most(tail)
         if top and self.search:
             if not start_anchor:
-                node, hi = seq(JsonStr(0, self.free_cap), node), hi + self.free_cap
+                node, hi = seq(JsonStr(0, self.free_cap), node), hi + _most(self.free_cap)
             if end_anchor:
                 node, hi = seq(node, alt(EMPTY, char_node([(0x0A, 0x0A)]))), hi + 1
         return node, lo, hi
@@ -171,8 +175,9 @@ class _Parser:
                 self.fail("'{' must start a quantifier {m}, {m,} or {m,n} (write \\{ for the character)", start)
             self.i = close + 1
             m = int(lo_s)
-            n = int(hi_s) if hi_s else (max(m, self.repeat_cap) if comma else m)
-            if n < m:
+            n = int(hi_s) if hi_s else (m if not comma else None if self.repeat_cap is None else
+                                        max(m, self.repeat_cap))
+            if n is not None and n < m:
                 self.fail(f"quantifier {{{body}}} has max < min", start)
         if self.peek() == "?":
             self.i += 1                     # lazy: the same language
@@ -187,8 +192,12 @@ class _Parser:
         if lo * m > LENGTH_CEILING:
             self.fail(f"a match needs at least {lo * m} characters, above the supported maximum {LENGTH_CEILING}",
                       start)
-        if hi * n > LENGTH_CEILING:     # fewer repetitions: every match still matches; 10^8 of them cannot be held
-            n = max(m, LENGTH_CEILING // max(hi, 1))
+        if n is None and lo == 0:       # a loop needs an item that is never empty
+            n = max(m, NULLABLE_REPEATS)
+        if n is None:
+            return Repeat(node, m, None), lo * m, math.inf
+        if hi * n > LENGTH_CEILING and hi != math.inf:   # fewer repetitions: every match still matches; 10^8 of
+            n = max(m, LENGTH_CEILING // max(hi, 1))      # them cannot be held
         return (node if (m, n) == (1, 1) else Repeat(node, m, n)), lo * m, hi * n
 
     # --- characters -----------------------------------------------------------------------------
@@ -257,6 +266,11 @@ class _Parser:
             return self.escape(in_class=True)
         self.i += 1
         return [(ord(c), ord(c))]
+
+
+def _most(cap: int | None):
+    """The longest a JsonStr of this max adds (None: no max)."""
+    return math.inf if cap is None else cap
 
 
 def _alt_parts(parts: list[Part]) -> Part:

@@ -6,7 +6,7 @@ from dataclasses import replace
 from fractions import Fraction
 
 from ..grammar.nodes import JsonStr, Node, Repeat
-from .base import ITEMS_CEILING, LENGTH_CEILING, RELAXED, Ctx, Empty, Unwritten, count
+from .base import FORMAT_BUDGET, ITEMS_CEILING, LENGTH_CEILING, RELAXED, Ctx, Empty, Unwritten, count
 from .base import ptr as jp
 from .json_values import exact_number
 from .nodes import alt, lit, seq
@@ -26,9 +26,9 @@ def _string(schema: dict, ptr: str, ctx: Ctx) -> Node:
     given_hi = hi is not None
     if given_hi:
         hi = min(hi, LENGTH_CEILING)        # longer strings stay valid; the grammar cannot hold 10^8 positions
-    if hi is None:
+    if hi is None and o.max_string_length is not None:
         hi = max(o.max_string_length, lo)
-    if lo > hi:
+    if hi is not None and lo > hi:
         raise Empty(jp(ptr, "minLength"), f"minLength {lo} > maxLength {hi}")
     if isinstance(schema.get("format"), str) and schema["format"] not in DEFINED_FORMATS:
         schema = {k: v for k, v in schema.items() if k != "format"}     # a format JSON Schema does not define
@@ -55,7 +55,8 @@ def _shaped(schema: dict, ptr: str, ctx: Ctx, lo: int, hi: int, given_hi: bool) 
     if "format" in schema:
         name = schema["format"]
         try:
-            built = format_node(name, o.fraction_digits, hi) if isinstance(name, str) else None
+            budget = hi if hi is not None else FORMAT_BUDGET
+            built = format_node(name, o.fraction_digits, budget) if isinstance(name, str) else None
         except ValueError as e:
             ctx.unwritten(jp(ptr, "maxLength"), kw, f"format {name!r} cannot be written within maxLength {hi}: {e}")
         if built is None:
@@ -65,7 +66,8 @@ def _shaped(schema: dict, ptr: str, ctx: Ctx, lo: int, hi: int, given_hi: bool) 
         pat = schema["pattern"]
         cap = hi if given_hi else o.repeat_cap
         try:
-            body, flo, fhi = pattern_node(pat, repeat_cap=max(cap, 1), free_cap=hi, bounded=given_hi)
+            body, flo, fhi = pattern_node(pat, repeat_cap=None if cap is None else max(cap, 1), free_cap=hi,
+                                          bounded=given_hi)
         except PatternError as e:
             if "supported maximum" in str(e):             # past the ceilings no string matches: no superset either
                 ctx.fail(jp(ptr, "pattern"), f"pattern {pat!r} {e}")

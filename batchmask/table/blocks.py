@@ -32,7 +32,7 @@ def far_mask(blk, reach, dev=None) -> np.ndarray:
     cells are numpy arrays, and the ops are small.
     """
     ns = np.asarray(blk.ns)
-    if reach is None:
+    if reach is None or blk.saturates is not None:       # a saturating block's rows are few: each its own
         return np.zeros(len(ns), dtype=bool)
     if isinstance(reach, torch.Tensor):
         reach = reach.cpu().numpy()[blk.qs]
@@ -61,11 +61,13 @@ def value_rows(aut, sigs, exit_cls, blocks_of, shapes_of, rep, far, dev, segment
         Q, sig = vt.num_substates, sigs[name]
         per_q = _per_substate(vt, sig, rep, exit_cls[name])
         aft = per_q[6].view(len(ks), -1)                                          # [B_vt, E + 1] the exits
+        aft = torch.cat([aft, saturated_row_ids(aut, ks, Q, dev)], 1)             # [B_vt, E + 1 + Q]
         for js in shapes_of[name].values():                                     # js: blocks of the type
             blk = aut.blocks[ks[js[0]]]
             sel, far_at, far_src = _cells_computed(blk, far(blk, sig.reach, dev), Q)   # [n] cells of the shape
-            grid = torch.from_numpy(blk.local.reshape(-1).astype(np.int32)).to(dev)
-            grid = grid.to(torch.int32)
+            depth = len(blk.local) + int(sig.reach.max()) + 2 if blk.saturates is not None else len(blk.local)
+            grid = torch.from_numpy(blk.saturated_grid(depth).reshape(-1).astype(np.int32)).to(dev)
+            last_row = blk.size - Q if blk.saturates is not None else 1 << 30     # offset of a saturating last row
             bases = torch.as_tensor([aut.blocks[ks[j]].base for j in js], device=dev)
             exits = aft.index_select(0, torch.as_tensor(js, device=dev))                 # [b, E + 1]
             if segments:                    # the blocks' patterns of legal exits: [P, E + 1], pattern of each
@@ -86,7 +88,7 @@ def value_rows(aut, sigs, exit_cls, blocks_of, shapes_of, rep, far, dev, segment
                 at = sel[c0:c0 + cstep]
                 qs, ns = torch.from_numpy(blk.qs[at]).to(dev), torch.from_numpy(blk.ns[at]).to(dev)
                 code, ev = _cell_rows(vt, per_q, qs, (blk.max - ns).to(torch.int32), (blk.min - ns).to(torch.int32),
-                                      (ns * Q).to(torch.int32), cut, grid)
+                                      (ns * Q).to(torch.int32), cut, grid, last_row)
                 bstep = max(1, CELL_ENTRIES // max(1, code.numel()))
                 for b0 in range(0, P, bstep):
                     got = sources[b0:b0 + bstep].index_select(1, ev.view(-1)).view(-1, *ev.shape)   # [p, cells, C]
@@ -184,6 +186,12 @@ def block_segments(aut, exits: dict, blocks_of, explicit_targets: torch.Tensor, 
     for name, ks in blocks_of.items():
         for j, k in enumerate(ks):
             exits_of[k] = exits[name].after[j]
+            blk = aut.blocks[k]
+            if blk.saturates is not None:      # then an unused entry (E), then the last row's cells (_cell_rows)
+                Q = blk.local.shape[1]
+                row = blk.base + blk.size - Q + torch.arange(Q, device=dev)
+                exits_of[k] = torch.cat([exits_of[k], torch.zeros(1, dtype=exits_of[k].dtype, device=dev),
+                                         row.to(exits_of[k].dtype)])
     lists, start, base = [explicit_targets], [0], [0]
     at = explicit_targets.numel()
     order = sorted(range(len(aut.blocks)), key=lambda k: aut.blocks[k].base)
@@ -251,11 +259,16 @@ def _per_substate(vt, sig, rep, exits):
     return need, step, units.to(torch.int32), qc.to(torch.int32), stops, evx, aflat.reshape(-1).to(torch.int32), E1
 
 
-def _cell_rows(vt, per_q, qs, room, low, at0, cell, grid):
+def _cell_rows(vt, per_q, qs, room, low, at0, cell, grid, last_row):
     """Rows of block cells (sub-state qs, room max - n, low min - n, grid offset of their row, their offset in
     the block; all [n]) for the class representatives, but for where a token ends the value:
     (codes int32 [n, C]: relative for moves inside the value, else -1; the ending event of each entry, int64
-    [n, C], an index into a block's exits, the last one (-1) where the entry does not end the value)."""
+    [n, C], an index into a block's exits, the last one (-1) where the entry does not end the value).
+
+    A saturating block's grid repeats its last row (offsets from `last_row` on; Block.saturated_grid), so a
+    move there may lead back to an earlier cell of that row: that move cannot be relative (codes only go
+    forward) and is read like an exit instead, from the block's own list (event E + 1 + its place in the row,
+    saturated_row_ids)."""
     need, step, units, qc, stops, evx, aflat, E1 = per_q
     room = room[:, None]
     stays = need.index_select(0, qs) <= room                                   # [n, C] stays_ok
@@ -264,8 +277,23 @@ def _cell_rows(vt, per_q, qs, room, low, at0, cell, grid):
     u = units.index_select(0, qs)                                              # close_ok at n + u, bounds shifted by n
     closes = stops.index_select(0, qs) & close_ok(vt, u, qc.index_select(0, qs), low[:, None], room)
     ev = torch.where(closes, evx.index_select(0, qs), E1 - 1).long()
+    back = stays & (inside < cell[:, None].to(inside.dtype))                  # only in a saturating last row
+    if bool(back.any()):
+        ev = torch.where(back, E1 + (inside.long() - last_row), ev)
+        stays = stays & ~back
     code = torch.where(stays, encode_relative(inside, cell[:, None].to(inside.dtype)), -1).to(torch.int32)
     return code, ev
+
+
+def saturated_row_ids(aut, ks, Q: int, dev) -> torch.Tensor:
+    """int64 [len(ks), Q]: per block of a type, the state ids of a saturating block's last row (its last Q cells;
+    the row is full), -1 for a bounded block: the targets of the moves back within that row (_cell_rows)."""
+    out = torch.full((len(ks), Q), -1, dtype=torch.int64, device=dev)
+    for j, k in enumerate(ks):
+        blk = aut.blocks[k]
+        if blk.saturates is not None:
+            out[j] = blk.base + blk.size - Q + torch.arange(Q, device=dev)
+    return out
 
 
 def _min_per_key(key: np.ndarray, values: np.ndarray, num_keys: int) -> np.ndarray:
