@@ -53,7 +53,8 @@ TOKENIZER = next((d / "shared" / "llama2" / "tokenizer.model" for d in ROOT.pare
                  ROOT.parent / "shared" / "llama2" / "tokenizer.model")
 SUBSETS = ["Github_trivial", "Github_easy", "Github_medium", "Github_hard", "Github_ultra", "Glaiveai2K",
            "JsonSchemaStore", "Kubernetes", "Snowplow", "WashingtonPost"]
-MAX_STEPS = 400            # tokens per walk; a walk that does not finish by then still counts its steps
+MAX_STEPS = 600            # tokens per walk; a walk that does not finish by then still counts its steps
+CLOSE_AFTER = 200          # then towards our shortest completion (values have no cap: a random walk rarely ends one)
 
 
 # --- inputs ---------------------------------------------------------------------------------------------
@@ -195,11 +196,15 @@ def _walk(g, peer, schema, tok, rng: random.Random) -> dict:
             return {**out, "disagree": not gap, "peer_gap": gap, "finished": False}
         stop_here = np.flatnonzero(ours & stops)
         pool = np.flatnonzero(ours & ~stops)
-        if len(stop_here) and (not len(pool) or rng.random() < 0.3):
+        if len(stop_here) and (not len(pool) or rng.random() < 0.3 or step >= CLOSE_AFTER):
             return {"steps": step, "disagree": False, "finished": True, "valid": _valid(text, schema)}
         if not len(pool):
             return {"steps": step, "disagree": False, "finished": False, "stuck": True}
         t = int(pool[rng.randrange(len(pool))])
+        if step >= CLOSE_AFTER:
+            owed = g.finish_bytes(state)
+            fit = [u for u in pool.tolist() if tok.token_bytes[u] and owed.startswith(tok.token_bytes[u])]
+            t = max(fit, key=lambda u: len(tok.token_bytes[u])) if fit else t
         m.consume_token(t)
         state, text = int(g.next_state([state], [t])[0]), text + tok.token_bytes[t]
     return {"steps": MAX_STEPS, "disagree": False, "finished": False}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 from fractions import Fraction
 
@@ -220,18 +221,31 @@ def _array(schema: dict, ptr: str, ctx: Ctx) -> Node:
 
 def _declare_required(schema: dict, ptr: str) -> dict:
     """A required name `properties` does not declare is a property all the same, of the schema the specification
-    gives it: `additionalProperties` (absent or true: any value; false: no object at all)."""
+    gives it: that of each `patternProperties` pattern that matches it (`re.search`, as jsonschema reads them;
+    several: all of them), else `additionalProperties` (absent or true: any value; false: no object at all)."""
     props, required = schema.get("properties", {}), schema.get("required", [])
-    if not isinstance(props, dict) or not isinstance(required, list) or schema.get("patternProperties"):
+    patterns = schema.get("patternProperties") or {}
+    if not isinstance(props, dict) or not isinstance(required, list) or not isinstance(patterns, dict):
         return schema
     missing = [r for r in required if isinstance(r, str) and r not in props]
     if not missing:
         return schema
     extra = schema.get("additionalProperties", True)
-    if extra is False:
-        raise Empty(jp(ptr, "required"), f"required property {missing[0]!r} is not among 'properties' and "
-                                          "'additionalProperties' is false")
-    return {**schema, "properties": {**props, **{r: extra for r in missing}}}
+    declared = {}
+    for name in missing:
+        try:
+            matching = [sub for pat, sub in patterns.items() if re.search(pat, name)]
+        except re.error:
+            return schema                           # a pattern Python cannot read: objects.py names it
+        if matching:
+            declared[name] = matching[0] if len(matching) == 1 else {"allOf": matching}
+        elif extra is False:
+            raise Empty(jp(ptr, "required"), f"required property {name!r} is not among 'properties', no "
+                                              "'patternProperties' pattern matches it and 'additionalProperties' "
+                                              "is false")
+        else:
+            declared[name] = extra
+    return {**schema, "properties": {**props, **declared}}
 
 
 def _object(schema: dict, ptr: str, ctx: Ctx) -> Node:
