@@ -121,7 +121,7 @@ def compile_json_schema(schema: dict | bool | str, tokenizer: BaseTokenizer, *, 
     """Compile one JSON value of `schema` (a JSON Schema: dict, or a path-free JSON string) into a CompiledGrammar.
 
     Serialisation is compact (no whitespace, "," and ":"); objects hold their declared properties
-    only, in declared order; every value is bounded (see batchmask.schema.build.SchemaOptions).
+    only, in declared order; what the schema leaves unbounded has no cap (see batchmask.schema.build.SchemaOptions).
     """
     _check_tokenizer("compile_json_schema", tokenizer)
     if isinstance(schema, str):

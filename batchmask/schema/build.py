@@ -47,7 +47,7 @@ from .json_values import (
     json_literal,
     json_type,
 )
-from .nodes import alt, lit, node_accepts, seq
+from .nodes import alt, lit, node_accepts, seq, without_covered_literals
 from .refs import inline_refs, ref_node, ref_with_siblings, resolve
 from .siblings import all_of_relaxed, merged_all_of, merged_branches
 from .strings import char_node, must_escape
@@ -143,7 +143,7 @@ def alt_or_empty(options, ptr: str, message: str) -> Node:
             first_empty = first_empty or e
     if not nodes:
         raise first_empty or Empty(ptr, message)
-    return alt(*nodes)
+    return without_covered_literals(alt(*nodes))
 
 
 def _without_relaxed(schema: dict, ptr: str, ctx: Ctx) -> dict:

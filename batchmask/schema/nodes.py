@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from ..grammar.nodes import Alt, ByteSet, JsonStr, Lit, Node, Repeat, Seq, Str, is_body_byte
 
-__all__ = ["alt", "byte_range", "bytes_of", "lex_range", "lit", "node_accepts", "opt", "seq", "DIGIT", "EMPTY"]
+__all__ = ["alt", "byte_range", "bytes_of", "lex_range", "lit", "node_accepts", "opt", "seq", "DIGIT", "EMPTY",
+           "without_covered_literals"]
 
 
 # --- builders ---------------------------------------------------------------------------------------
@@ -53,6 +54,53 @@ def alt(*options: Node) -> Node:
     if not out:
         raise ValueError("alt() of nothing")
     return out[0] if len(out) == 1 else Alt(tuple(out))
+
+
+def without_covered_literals(node: Node, most: int = 256) -> Node:
+    """An Alt whose literal options (enum and const values) another option also accepts, without them: the same
+    language, and an enum beside a free string (anyOf [enum, {minLength: 1}]) is then one string, not explicit
+    states that follow the enum's text side by side with the string's body. At most `most` literals are looked
+    at, against options of at most SMALL_OPTION nodes (a string schema, not an object's whole tree); an option
+    node_accepts cannot read (a Word) accepts none."""
+    if not isinstance(node, Alt):
+        return node
+    lits = [o for o in node.options if isinstance(o, Lit)]
+    others = [o for o in node.options if not isinstance(o, Lit) and _small(o, SMALL_OPTION)]
+    if not lits or not others or len(lits) > most:
+        return node
+
+    def covered(text: bytes) -> bool:
+        for o in others:
+            try:
+                if node_accepts(o, text):
+                    return True
+            except TypeError:
+                continue
+        return False
+    kept = [o for o in node.options if not (isinstance(o, Lit) and covered(o.text))]
+    return node if len(kept) == len(node.options) else alt(*kept)
+
+
+SMALL_OPTION = 64
+
+
+def _small(node: Node, limit: int) -> bool:
+    """Whether the tree below `node` has at most `limit` nodes (shared ones counted once)."""
+    seen, todo = set(), [node]
+    while todo:
+        n = todo.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if len(seen) > limit:
+            return False
+        if isinstance(n, Seq):
+            todo.extend(n.items)
+        elif isinstance(n, Alt):
+            todo.extend(n.options)
+        elif isinstance(n, Repeat):
+            todo.append(n.item)
+    return True
 
 
 def opt(node: Node) -> Node:
