@@ -395,3 +395,31 @@ def test_walks_of_generated_schemas_validate(schema, seed, spaced):
         assert "no value satisfies" in str(e), e          # only an empty language may be refused here
         return
     check_walks(schema, n=15, seed=seed, separators=(", ", ": ") if spaced else (",", ":"))
+
+
+def test_a_ref_target_used_in_many_places_is_built_once_per_walk(monkeypatch):
+    """The walk keeps what it built under $refs (schema/build.py `_build_in_walk`): a target used in forty places
+    at one depth is walked once, gives the same language everywhere, and what lenient mode relaxed inside it is
+    still reported."""
+    import batchmask.schema.build as build
+    from batchmask.schema.base import collect
+    target = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"},
+                                                         "uniqueItems": True}}, "required": ["tags"]}
+    schema = {"$defs": {"t": target}, "type": "object",
+              "properties": {f"p{i}": {"$ref": "#/$defs/t"} for i in range(40)}, "required": ["p0", "p39"]}
+    calls, real = [], build._build_new
+
+    def counted(sub, ptr, ctx):
+        calls.append(sub is target)
+        return real(sub, ptr, ctx)
+    monkeypatch.setattr(build, "_build_new", counted)
+    with collect() as relaxed:
+        node = schema_node(schema)
+    assert sum(calls) == 1
+    assert {r.ptr for r in relaxed} == {"#/$defs/t/properties/tags/uniqueItems"}
+    regex = compile_regex(node)
+    for value in ({"p0": {"tags": ["a", "b"]}, "p39": {"tags": []}},
+                  {"p0": {"tags": []}, "p7": {"tags": ["x"]}, "p39": {"tags": ["y", "z"]}}):
+        jsonschema.validate(value, schema)
+        text = json.dumps(value, separators=(",", ":"))
+        assert regex.fullmatch(text.encode()), text

@@ -63,10 +63,9 @@ class NFA:
         if i is None:
             if len(self.kind) >= self.limit:
                 raise GrammarBuildError(
-                    f"grammar: more than {MAX_NFA} automaton states before determinising: the grammar unfolds "
-                    "too far (a bounded array is written out once per count of items left, so arrays of objects "
-                    "nested in arrays, or $refs expanded inside themselves, multiply); lower SchemaOptions."
-                    "max_items, max_depth or ref_depth, or give the arrays maxItems")
+                    f"grammar: more than {MAX_NFA} automaton states before determinising: the grammar unfolds too far "
+                    "(a $ref expanded inside itself, a subschema written out again at each of its many uses, bounded "
+                    "arrays of objects nested in bounded arrays); lower SchemaOptions.ref_depth or max_depth")
             i = self._index[key] = len(self.kind)
             self.kind.append(kind)
             self.arg.append(arg)

@@ -159,6 +159,7 @@ class Ctx:
     refs: tuple = ()            # the $refs being expanded, outermost first
     depth: int = 0              # arrays/objects entered
     relaxed: list = None        # Relaxations of this walk (lenient mode), shared by every context it makes
+    built: dict = None          # this walk's subschemas under $refs, built once per context (build._build)
 
     def fail(self, ptr: str, message: str):
         raise SchemaError(f"{self.where}: {ptr}: {message}")

@@ -60,6 +60,8 @@ def _build(schema, ptr: str, ctx: Ctx) -> Node:
     """The node of `schema` at `ptr`; a subschema met before (the same JSON, options, separators and
     depth, no $ref in play) is the node built then: tool sets repeat their parameters' schemas."""
     key = _memo_key(schema, ctx)
+    if key is None and ctx.built is not None and isinstance(schema, dict):
+        return _build_in_walk(schema, ptr, ctx)
     if key is not None:
         with _BUILT_LOCK:
             got = _BUILT.get(key)
@@ -77,6 +79,28 @@ def _build(schema, ptr: str, ctx: Ctx) -> Node:
             _BUILT[key] = node, relaxed
             while len(_BUILT) > BUILT_KEPT:
                 _BUILT.popitem(last=False)
+    return node
+
+
+def _build_in_walk(schema: dict, ptr: str, ctx: Ctx) -> Node:
+    """A subschema the global memo cannot key (it holds or sits under a $ref), built once per walk and context:
+    the same schema object, the same counts of the $refs being expanded (all that ref_node and the recursion
+    depth read of them), depth, options and separators give the same node. A $ref target used in a hundred places
+    is walked once. The schema object is kept with its node, so its id names it for the whole walk."""
+    counts = tuple(sorted((r, ctx.refs.count(r)) for r in set(ctx.refs))) if ctx.refs else ()
+    key = (id(schema), counts, ctx.depth, ctx.options, ctx.item_sep, ctx.key_sep)
+    got = ctx.built.get(key)
+    if got is not None:
+        _, node, relaxed = got
+        ctx.relaxed.extend(replace(r, where=ctx.where, ptr=ptr + r.ptr[1:]) if r.ptr.startswith("\0") else r
+                           for r in relaxed)
+        return node
+    before = len(ctx.relaxed)
+    node = _build_new(schema, ptr, ctx)
+    # relaxations under ptr are kept relative to it (marked \0), those inside $ref targets as they are
+    relaxed = tuple(replace(r, ptr="\0" + r.ptr[len(ptr):]) if r.ptr == ptr or r.ptr.startswith(ptr + "/") else r
+                    for r in ctx.relaxed[before:])
+    ctx.built[key] = (schema, node, relaxed)
     return node
 
 
@@ -311,7 +335,7 @@ def schema_node(schema, options: SchemaOptions | None = None, separators: tuple[
     """The node of one JSON value of `schema` (module docstring); SchemaError names `where` and a pointer."""
     options = options or SchemaOptions()
     item_sep, key_sep = _check_separators(separators, where)
-    ctx = Ctx(schema, options, item_sep, key_sep, where, _build, relaxed=[])
+    ctx = Ctx(schema, options, item_sep, key_sep, where, _build, relaxed=[], built={})
     try:
         node = _build(schema, "#", ctx)
     except Empty as e:
