@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schema_reference import compile_regex, walk
 
+from batchmask.errors import SchemaError
 from batchmask.schema.build import SchemaOptions, json_literal, schema_node
 
 V = jsonschema.Draft202012Validator
@@ -423,3 +424,37 @@ def test_a_ref_target_used_in_many_places_is_built_once_per_walk(monkeypatch):
         jsonschema.validate(value, schema)
         text = json.dumps(value, separators=(",", ":"))
         assert regex.fullmatch(text.encode()), text
+
+
+ONE_OF_OBJECTS = [
+    # a discriminator both branches require: its values share nothing
+    {"oneOf": [{"type": "object", "properties": {"kind": {"const": "a"}, "x": {"type": "integer"}},
+                "required": ["kind"]},
+               {"type": "object", "properties": {"kind": {"enum": ["b", "c"]}, "y": {"type": "string"}},
+                "required": ["kind", "y"]}]},
+    # each requires a property the other, closed by additionalProperties: false, does not declare
+    {"oneOf": [{"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"],
+                "additionalProperties": False},
+               {"type": "object", "properties": {"y": {"type": "string"}}, "required": ["y"],
+                "additionalProperties": False}]},
+]
+
+
+@pytest.mark.parametrize("schema", ONE_OF_OBJECTS)
+def test_one_of_objects_told_apart_by_their_properties(schema):
+    """Strict mode writes a oneOf of objects that no object satisfies twice; every value drawn from the grammar
+    validates against the schema as jsonschema reads it (the specification's open objects, oneOf's exclusivity)."""
+    node = schema_node(schema, SchemaOptions(mode="strict"))
+    rng = random.Random(3)
+    for _ in range(200):
+        jsonschema.validate(json.loads(walk(node, rng)), schema)
+
+
+def test_one_of_objects_that_may_overlap_stay_refused():
+    """Open objects each requiring its own property: {"x": 1, "y": "a"} satisfies both, so strict mode refuses."""
+    schema = {"oneOf": [{"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]},
+                        {"type": "object", "properties": {"y": {"type": "string"}}, "required": ["y"]}]}
+    with pytest.raises(SchemaError, match="oneOf branches 0 and 1 may both match"):
+        schema_node(schema, SchemaOptions(mode="strict"))
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"x": 1, "y": "a"}, schema)

@@ -127,6 +127,51 @@ def _signature(s, resolve, seen: tuple):
     return None
 
 
+def _only_objects_meet(a, b) -> bool:
+    """Two type signatures whose only shared type is object."""
+    if a[0] != "types" or b[0] != "types":
+        return False
+    return all(not _types_meet(t, u) or t == u == "object" for t in a[1] for u in b[1])
+
+
+def _object_schema(s, resolve, seen=()):
+    """The object schema a branch is (through a $ref or a one-branch allOf), or None."""
+    while isinstance(s, dict):
+        if "$ref" in s and len(s) == 1 and s["$ref"] not in seen:
+            seen += (s["$ref"],)
+            s = resolve(s["$ref"])
+        elif "allOf" in s and isinstance(s["allOf"], list) and len(s["allOf"]) == 1 and len(s) == 1:
+            s = s["allOf"][0]
+        else:
+            break
+    if not isinstance(s, dict) or any(k in s for k in ("$ref", "anyOf", "oneOf", "allOf", "not", "if")):
+        return None
+    return s
+
+
+def _objects_apart(a, b, resolve) -> bool:
+    """Two object branches no object satisfies both of: a property both require whose schemas share no value
+    (a discriminator: `"kind": {"const": "x"}` against `"y"`), or a property one requires that the other, closed by
+    an explicit `additionalProperties: false` and without patternProperties, does not declare."""
+    a, b = _object_schema(a, resolve), _object_schema(b, resolve)
+    if a is None or b is None:
+        return False
+    props = [x.get("properties") if isinstance(x.get("properties"), dict) else {} for x in (a, b)]
+    reqs = [set(r for r in x.get("required", []) if isinstance(r, str)) if isinstance(x.get("required"), list)
+            else set() for x in (a, b)]
+    for k in reqs[0] & reqs[1]:
+        if k in props[0] and k in props[1]:
+            ga, gb = _signature(props[0][k], resolve, ()), _signature(props[1][k], resolve, ())
+            if ga is not None and gb is not None and _overlap(ga, gb) is None:
+                return True
+    for y, py, rx in ((b, props[1], reqs[0]), (a, props[0], reqs[1])):
+        closed = y.get("additionalProperties") is False and not y.get("patternProperties") \
+            and "unevaluatedProperties" not in y
+        if closed and any(k not in py for k in rx):
+            return True
+    return False
+
+
 def _types_meet(t: str, u: str) -> bool:
     return t == u or {t, u} == {"integer", "number"}
 
@@ -167,6 +212,9 @@ def check_disjoint(branches: list, ptr: str, fail, resolve) -> None:
     for i in range(len(sigs)):
         for j in range(i):
             why = _overlap(sigs[j], sigs[i])
+            if why == "both admit object" and _only_objects_meet(sigs[j], sigs[i]) \
+                    and _objects_apart(branches[j], branches[i], resolve):
+                why = None
             if why:
                 fail(f"{ptr}/{i}", f"oneOf branches {j} and {i} may both match ({why}); only disjoint branches "
                                    "are supported (use anyOf if either may match)")
