@@ -39,12 +39,6 @@ class Block:
     saturates: int | None = None    # a value without a max (max is values.UNBOUNDED): its last row, where the
                                     # count stops (a move past it lands in it; values.py's module docstring)
 
-    def row_after(self, n):
-        """The row a move to count n lands in (numpy or torch): n itself, or the last row of a saturating block."""
-        if self.saturates is None:
-            return n
-        return n.clamp(max=self.saturates) if hasattr(n, "clamp") else np.minimum(n, self.saturates)
-
     def saturated_grid(self, rows: int) -> np.ndarray:
         """int64 [rows, Q]: `local` padded to `rows` rows, each row past a saturating block's last one that row
         again (so a move read off the grid lands where the count stops), past a bounded block's cap -1."""
@@ -54,6 +48,11 @@ class Block:
         if self.saturates is not None and rows > len(part):
             g[len(part):] = self.local[self.saturates]
         return g
+
+    def last_row_ids(self) -> np.ndarray:
+        """int64 [Q]: the state ids of a saturating block's last row (its last Q cells: the row is full)."""
+        Q = self.local.shape[1]
+        return self.base + self.size - Q + np.arange(Q)
 
     @property
     def grid(self) -> np.ndarray:   # int64 [max+1, Q]: state id of cell (n, q), -1 where there is none

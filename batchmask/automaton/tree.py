@@ -104,7 +104,7 @@ class _Subsets:
             q2s = vt.table[q, self.rep]                                  # every class at once
             n2s = n + vt.inc[q, self.rep]
             if hi == UNBOUNDED:
-                n2s = np.minimum(n2s, vt.far_from(lo))
+                n2s = np.minimum(n2s, vt.saturation_row(lo))
             stays = np.flatnonzero(stays_ok(vt, n2s, q2s, hi)).tolist()
             inside = dict(zip(stays, zip(n2s[stays].tolist(), q2s[stays].tolist())))
             for c in sorted(inside.keys() | exit_moves.keys()):
@@ -242,7 +242,7 @@ class _Subsets:
             local, ns, qs = vt.local_cells(hi) if hi is not None else vt.saturated_cells(lo)
             blk = Block(vt, lo, UNBOUNDED if hi is None else hi, base, local, ns, qs, np.full(256, -1, dtype=np.int64),
                         label=(vname, lo, hi, j), entry_depth=blocks_seen[j],
-                        saturates=None if hi is not None else vt.far_from(lo))
+                        saturates=None if hi is not None else vt.saturation_row(lo))
             block_of[j] = blk
             blocks.append(blk)
             base += blk.size

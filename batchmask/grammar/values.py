@@ -122,10 +122,14 @@ class ValueType:
             kept.popitem(last=False)
         return got
 
+    def saturation_row(self, min_: int) -> int:
+        """The count at which a value without a max stops counting (module docstring): far_from(min_)."""
+        return self.far_from(min_)
+
     def saturated_cells(self, min_: int):
-        """The cells of a value without a max (see the module docstring): rows 0 .. far_from(min_), the last one
-        full and standing for every count from there on. Shared and read-only, as local_cells."""
-        return self.local_cells(("saturated", self.far_from(min_)))
+        """The cells of a value without a max (see the module docstring): rows 0 .. saturation_row(min_), the last
+        one full and standing for every count from there on. Shared and read-only, as local_cells."""
+        return self.local_cells(("saturated", self.saturation_row(min_)))
 
     def _cells_from_0(self, max_):
         rows, cap = (max_[1] + 1, UNBOUNDED) if isinstance(max_, tuple) else (max_ + 1, max_)

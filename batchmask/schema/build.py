@@ -69,12 +69,12 @@ def _build(schema, ptr: str, ctx: Ctx) -> Node:
                 _BUILT.move_to_end(key)
         if got is not None:                               # its relaxations again, at this place
             node, relaxed = got
-            ctx.relaxed.extend(replace(r, where=ctx.where, ptr=ptr + r.ptr) for r in relaxed)
+            _replay(relaxed, ptr, ctx)
             return node
     before = len(ctx.relaxed)
     node = _build_new(schema, ptr, ctx)
     if key is not None:
-        relaxed = tuple(replace(r, ptr=r.ptr[len(ptr):]) for r in ctx.relaxed[before:] if r.ptr.startswith(ptr))
+        relaxed = _relative(ctx.relaxed[before:], ptr)
         with _BUILT_LOCK:
             _BUILT[key] = node, relaxed
             while len(_BUILT) > BUILT_KEPT:
@@ -92,16 +92,24 @@ def _build_in_walk(schema: dict, ptr: str, ctx: Ctx) -> Node:
     got = ctx.built.get(key)
     if got is not None:
         _, node, relaxed = got
-        ctx.relaxed.extend(replace(r, where=ctx.where, ptr=ptr + r.ptr[1:]) if r.ptr.startswith("\0") else r
-                           for r in relaxed)
+        _replay(relaxed, ptr, ctx)
         return node
     before = len(ctx.relaxed)
     node = _build_new(schema, ptr, ctx)
-    # relaxations under ptr are kept relative to it (marked \0), those inside $ref targets as they are
-    relaxed = tuple(replace(r, ptr="\0" + r.ptr[len(ptr):]) if r.ptr == ptr or r.ptr.startswith(ptr + "/") else r
-                    for r in ctx.relaxed[before:])
-    ctx.built[key] = (schema, node, relaxed)
+    ctx.built[key] = (schema, node, _relative(ctx.relaxed[before:], ptr))
     return node
+
+
+def _relative(relaxed: list, ptr: str) -> tuple:
+    """The relaxations a subschema's build at `ptr` recorded, kept to replay where it is met again: those under
+    ptr as (True, with the pointer relative to ptr), those inside $ref targets (False, as they are)."""
+    return tuple((True, replace(r, ptr=r.ptr[len(ptr):])) if r.ptr == ptr or r.ptr.startswith(ptr + "/")
+                 else (False, r) for r in relaxed)
+
+
+def _replay(kept: tuple, ptr: str, ctx: Ctx) -> None:
+    """`_relative`'s relaxations again, for the subschema met at `ptr` in this walk."""
+    ctx.relaxed.extend(replace(r, where=ctx.where, ptr=ptr + r.ptr) if under else r for under, r in kept)
 
 
 BUILT_KEPT = 4096               # subschema nodes kept (least recently used go first)

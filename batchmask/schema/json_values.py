@@ -212,8 +212,7 @@ def check_disjoint(branches: list, ptr: str, fail, resolve) -> None:
     for i in range(len(sigs)):
         for j in range(i):
             why = _overlap(sigs[j], sigs[i])
-            if why == "both admit object" and _only_objects_meet(sigs[j], sigs[i]) \
-                    and _objects_apart(branches[j], branches[i], resolve):
+            if why and _only_objects_meet(sigs[j], sigs[i]) and _objects_apart(branches[j], branches[i], resolve):
                 why = None
             if why:
                 fail(f"{ptr}/{i}", f"oneOf branches {j} and {i} may both match ({why}); only disjoint branches "

@@ -61,7 +61,8 @@ def value_rows(aut, sigs, exit_cls, blocks_of, shapes_of, rep, far, dev, segment
         Q, sig = vt.num_substates, sigs[name]
         per_q = _per_substate(vt, sig, rep, exit_cls[name])
         aft = per_q[6].view(len(ks), -1)                                          # [B_vt, E + 1] the exits
-        aft = torch.cat([aft, saturated_row_ids(aut, ks, Q, dev)], 1)             # [B_vt, E + 1 + Q]
+        if any(aut.blocks[k].saturates is not None for k in ks):
+            aft = torch.cat([aft, saturated_row_ids(aut, ks, Q, dev)], 1)         # [B_vt, E + 1 + Q]
         for js in shapes_of[name].values():                                     # js: blocks of the type
             blk = aut.blocks[ks[js[0]]]
             sel, far_at, far_src = _cells_computed(blk, far(blk, sig.reach, dev), Q)   # [n] cells of the shape
@@ -188,10 +189,8 @@ def block_segments(aut, exits: dict, blocks_of, explicit_targets: torch.Tensor, 
             exits_of[k] = exits[name].after[j]
             blk = aut.blocks[k]
             if blk.saturates is not None:      # then an unused entry (E), then the last row's cells (_cell_rows)
-                Q = blk.local.shape[1]
-                row = blk.base + blk.size - Q + torch.arange(Q, device=dev)
-                exits_of[k] = torch.cat([exits_of[k], torch.zeros(1, dtype=exits_of[k].dtype, device=dev),
-                                         row.to(exits_of[k].dtype)])
+                row = torch.from_numpy(blk.last_row_ids()).to(device=dev, dtype=exits_of[k].dtype)
+                exits_of[k] = torch.cat([exits_of[k], torch.zeros(1, dtype=exits_of[k].dtype, device=dev), row])
     lists, start, base = [explicit_targets], [0], [0]
     at = explicit_targets.numel()
     order = sorted(range(len(aut.blocks)), key=lambda k: aut.blocks[k].base)
@@ -292,7 +291,7 @@ def saturated_row_ids(aut, ks, Q: int, dev) -> torch.Tensor:
     for j, k in enumerate(ks):
         blk = aut.blocks[k]
         if blk.saturates is not None:
-            out[j] = blk.base + blk.size - Q + torch.arange(Q, device=dev)
+            out[j] = torch.from_numpy(blk.last_row_ids()).to(dev)
     return out
 
 
