@@ -127,11 +127,12 @@ class SchemaOptions:
         for name, low in (("max_string_length", 0), ("int_digits", 1), ("fraction_digits", 0),
                           ("exponent_digits", 0), ("max_items", 0), ("max_depth", 1), ("recursion_depth", 1),
                           ("ref_depth", 1), ("repeat_cap", 1), ("any_depth", 0)):
-            v = getattr(self, name)
-            if v is None and name in ("max_items", "max_string_length", "repeat_cap"):
+            v, optional = getattr(self, name), name in ("max_items", "max_string_length", "repeat_cap")
+            if v is None and optional:
                 continue
             if not isinstance(v, int) or isinstance(v, bool) or v < low:
-                raise ValueError(f"SchemaOptions.{name} must be an integer >= {low}, got {v!r}")
+                alternative = " or None (no cap)" if optional else ""
+                raise ValueError(f"SchemaOptions.{name} must be an integer >= {low}{alternative}, got {v!r}")
 
 
 # --- errors and context -----------------------------------------------------------------------------
