@@ -113,13 +113,13 @@ class NFA:
             return self._add(BYTE, self._mask(mask), k)
         if isinstance(node, Repeat):
             _check_bounds(node, where)
-            if node.max is None:
-                return self._loop(node, k, where)
-            if self.runs and worth_a_run(node):
+            if self.runs and worth_a_run(node):         # a run: a value block (max None: a saturating one)
                 vt = item_run_type(node.item, NFA, BYTE)
                 if vt is not None and self._plain_end(bytes((vt.table[0] >= 0).astype(np.uint8)), k):
                     self.runs_made += 1
                     return self._add(BLOCK, (vt.name, node.min, node.max), k)
+            if node.max is None:
+                return self._loop(node, k, where)
             opt = k
             for _ in range(node.max - node.min):          # up to max - min more, each optional
                 opt = self._alt(self.build(node.item, opt, (where, ".item", None)), k)
@@ -240,7 +240,7 @@ def first_bytes(node) -> tuple:
     if isinstance(node, ByteSet):
         return bytes(node.mask), False
     if isinstance(node, Repeat):
-        if node.max is not None and worth_a_run(node):
+        if worth_a_run(node):
             return None, node.min == 0
         mask, empty = first_bytes(node.item)
         return mask, empty or node.min == 0

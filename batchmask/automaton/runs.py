@@ -11,8 +11,9 @@ Repeat's, and a block needs only that what follows starts with single bytes the 
 
 An item qualifies when it is bytes only (Lit, ByteSet, Seq, Alt, Repeat; no values), non-empty, small
 (at most MAX_SUBSTATES sub-states) and prefix-free: once an item is complete no byte continues it, so a
-complete item is the loop's boundary. A Repeat is made a run only where unrolling it would cost: at least
-RUN_MIN_REPEATS repetitions of an item that starts with at least RUN_MIN_BYTES byte values (a digit run
+complete item is the loop's boundary. A Repeat is made a run only where unrolling it would cost: no max (a
+saturating run: its rows are shared wherever it is used, where a loop's states are one copy per place), or at
+least RUN_MIN_REPEATS repetitions, of an item that starts with at least RUN_MIN_BYTES byte values (a digit run
 stays explicit: a vocabulary has few digit tokens, and a new value type costs a signature per tokenizer).
 """
 from __future__ import annotations
@@ -34,8 +35,9 @@ _MEMO_SIZE = 512
 
 
 def worth_a_run(node: Repeat) -> bool:
-    """A bounded Repeat long enough to cost unrolled (an unbounded one is a loop: one copy, no run)."""
-    return node.max is not None and node.max >= RUN_MIN_REPEATS
+    """A Repeat long enough to cost unrolled, or without a max: as a loop it is one explicit state per sub-state
+    of its item, but one per place it is used (each left by ten thousand tokens), where a run's rows are shared."""
+    return node.max is None or node.max >= RUN_MIN_REPEATS
 
 
 def item_run_type(item, nfa_class, byte_kind: int) -> ValueType | None:

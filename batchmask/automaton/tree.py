@@ -166,6 +166,7 @@ class _Subsets:
         blocks_seen: dict[int, int] = {}      # NFA block state -> entry depth
         positions: dict = {}                  # block position (j, n, q) -> its target code -1 - k
         parallel = [0]                        # explicit states holding two or more string positions
+        delegated: dict = {}                  # explicit id -> (its block position, classes it moves on alone)
 
         merge = self.merge_lockstep
 
@@ -220,6 +221,10 @@ class _Subsets:
                         moves = elem_moves(e0)
                 else:
                     moves = self.set_moves(elems)
+                    if len(elems) > 1:
+                        alone = self._moves_alone(elems, moves)
+                        if alone is not None:
+                            delegated[i] = alone
                 for c, tgt in moves:
                     t0 = tgt[0]
                     j = index_get(t0) if len(tgt) == 1 and type(t0) is int else None   # a lone byte set met before
@@ -229,9 +234,22 @@ class _Subsets:
             else:
                 j = -1 - i
                 exit_edges[j] = [(c, target(tgt)) for c, tgt in self.set_moves(nfa.closure(nfa.next[j]))]
-        return self._layout(states, starts, (src_l, cls_l, tgt_l), blocks_seen, list(positions), exit_edges)
+        return self._layout(states, starts, (src_l, cls_l, tgt_l), blocks_seen, list(positions), exit_edges,
+                            delegated)
 
-    def _layout(self, states, starts, edges_found, blocks_seen, positions, exit_edges) -> Automaton:
+    def _moves_alone(self, elems: tuple, moves: list):
+        """(p, classes) for a state that holds one block position p beside other elements: the byte classes on
+        which only p moves (the state's target is p's own). A token starting with such a byte goes exactly where it
+        goes from p's cell, so the table builder reads it from that cell's row instead of walking every such
+        token again from this state (a pattern's `(...)+` beside the string's end: ten thousand tokens a copy)."""
+        blocks = [e for e in elems if type(e) is tuple]
+        if len(blocks) != 1:
+            return None
+        own = dict(self.elem_moves(blocks[0]))
+        classes = [c for c, tgt in moves if own.get(c) == tgt]
+        return (blocks[0], classes) if classes else None
+
+    def _layout(self, states, starts, edges_found, blocks_seen, positions, exit_edges, delegated) -> Automaton:
         nfa = self.nfa
         E = len(states)
         blocks, block_of = [], {}
@@ -267,6 +285,8 @@ class _Subsets:
         k = np.repeat(np.arange(len(e)), reps)
         rank = np.arange(len(k)) - np.repeat(np.cumsum(reps) - reps, reps)
         edges = np.stack([e[k, 0], order[first[e[k, 1]] + rank], e[k, 2]], 1)
+        delegates, from_cell = self._delegates(delegated, block_of, e)
+        from_cell = from_cell[k]
         for j, moves in exit_edges.items():
             blk = block_of[j]
             for c, t in moves:
@@ -276,7 +296,21 @@ class _Subsets:
         src = _NodeSource(nfa, states, blocks, self)
         return Automaton(num_states=base, start=resolve(starts[0]), edges=edges,
                          blocks=blocks, accepting=accepting, source=src, utf8=nfa.utf8,
-                         byte_class=self.byte_class.astype(np.int64), starts=[resolve(s) for s in starts])
+                         byte_class=self.byte_class.astype(np.int64), starts=[resolve(s) for s in starts],
+                         delegates=delegates, from_cell=from_cell)
+
+    def _delegates(self, delegated: dict, block_of: dict, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(int64 [D, 2] (explicit state, the block cell its lone moves are read from), bool [len(e)]: which of the
+        (state, class, target) edges `e` are such moves)."""
+        pairs, keys = [], []
+        for i, ((j, n, q), classes) in delegated.items():
+            blk = block_of[j]
+            if n < blk.local.shape[0] and blk.local[n, q] >= 0:
+                pairs.append((i, int(blk.local[n, q]) + blk.base))
+                keys += [i * self.num_classes + c for c in classes]
+        delegates = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+        from_cell = np.isin(e[:, 0] * self.num_classes + e[:, 1], np.array(keys, dtype=np.int64))
+        return delegates, from_cell
 
 
 class _NodeSource:

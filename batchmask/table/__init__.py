@@ -9,6 +9,7 @@ row_next [R, C], row_legal [R], row_final [R], targets [T], segment_start/segmen
     classes.py      grouping equal keys: token classes, shared rows, equal columns
     build.py        the pipeline: rows shared by shift, the target list, `build_tables`
     blocks.py       value blocks' cells -> their rows and target segments
+    delegated.py    explicit states that read some tokens from a block cell's row instead of walking them
     write.py        the distinct rows -> row_next, written once in its final order and width
     next_codes.py   what one table entry means (the only place that rule is written; the kernels read it too)
 

@@ -179,18 +179,26 @@ def exit_classes(after_ev, num_events: int) -> ExitClasses:
     return ExitClasses(of_event, after.index_select(1, first))
 
 
-def block_segments(aut, exits: dict, blocks_of, explicit_targets: torch.Tensor, done: int, dev):
-    """The target list and its segments (table/next_codes.py): explicit states (and `done`) read `explicit_targets`
-    from 0; each block's cells read its exits (a state per exit class of its type, ExitClasses; an illegal
-    exit holds state 0, never read) from a base of their own. Returns (targets, segment_start, segment_base)."""
+def block_exit_lists(aut, exits: dict, blocks_of, dev) -> dict:
+    """Block index -> the states its cells' absolute codes name (its segment of the target list, -1 where an exit
+    is illegal): one per exit class of its type, then for a saturating block an unused entry (E) and its last
+    row's cells (_cell_rows)."""
     exits_of = {}
     for name, ks in blocks_of.items():
         for j, k in enumerate(ks):
             exits_of[k] = exits[name].after[j]
             blk = aut.blocks[k]
-            if blk.saturates is not None:      # then an unused entry (E), then the last row's cells (_cell_rows)
+            if blk.saturates is not None:
                 row = torch.from_numpy(blk.last_row_ids()).to(device=dev, dtype=exits_of[k].dtype)
                 exits_of[k] = torch.cat([exits_of[k], torch.zeros(1, dtype=exits_of[k].dtype, device=dev), row])
+    return exits_of
+
+
+def block_segments(aut, exits: dict, blocks_of, explicit_targets: torch.Tensor, done: int, dev):
+    """The target list and its segments (table/next_codes.py): explicit states (and `done`) read `explicit_targets`
+    from 0; each block's cells read its exits (a state per exit class of its type, ExitClasses; an illegal
+    exit holds state 0, never read) from a base of their own. Returns (targets, segment_start, segment_base)."""
+    exits_of = block_exit_lists(aut, exits, blocks_of, dev)
     lists, start, base = [explicit_targets], [0], [0]
     at = explicit_targets.numel()
     order = sorted(range(len(aut.blocks)), key=lambda k: aut.blocks[k].base)

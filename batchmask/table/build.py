@@ -31,6 +31,7 @@ import torch
 
 from ..automaton.form import Automaton, byte_table, explicit_states
 from .blocks import (
+    block_exit_lists,
     block_first_use,
     block_rows,
     block_segments,
@@ -41,6 +42,7 @@ from .blocks import (
     value_rows,
 )
 from .classes import classes_of, first_of_each, in_first_use_order, refine
+from .delegated import cell_moves, walked_edges
 from .next_codes import encode_relative, encode_targets, index_targets
 from .tokensim import ByteSteps, VocabPrep, after_stops, explicit_columns
 from .write import RowParts
@@ -61,10 +63,6 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
 
     def row_of_explicit(states):                            # explicit state id -> its index in `explicit`
         return torch.searchsorted(explicit, states)
-    edges = torch.as_tensor(aut.edges, device=dev).reshape(-1, 3)
-    edges_c = torch.stack([edges[:, 0], edges[:, 1], to_c[edges[:, 2]].long()], 1)
-    src, tok, nxt = explicit_columns(edges_c, steps, vocab)
-    nxt = from_c[nxt]
 
     # Block cells: signatures per value type, and the state after each value-ending event.
     vts = aut.value_types()
@@ -100,6 +98,18 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     else:
         value_class = base
     value_rep = first_of_each(value_class)                                             # [Cv]
+
+    def value_part(far_fn, segments):
+        return value_rows(aut, sigs, exits, blocks_of, shapes_of, value_rep, far_fn, dev, segments)
+
+    value_ids, which, codes, layouts = value_part(far, True)                           # [Nk], [Nk], [M, Cv]
+    # Explicit states, walked over the trie; the moves some take exactly as a block cell does are read from
+    # that cell's row instead (table/delegated.py).
+    edges = torch.as_tensor(aut.edges, device=dev).reshape(-1, 3)
+    edges, delegates = walked_edges(aut, edges, computed_ids=value_ids)
+    edges_c = torch.stack([edges[:, 0], edges[:, 1], to_c[edges[:, 2]].long()], 1)
+    src, tok, nxt = explicit_columns(edges_c, steps, vocab)
+    nxt = from_c[nxt]
     token_class = refine(value_class, tok, src, nxt)
     rep = first_of_each(token_class)
     C = len(rep)
@@ -121,10 +131,9 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     ex_n = torch.cat([nxt[sel], torch.full((len(acc_rows) * len(stop_classes),), done, device=dev)])
     eos_class = token_class[prep.eos_id].reshape(1)        # in `done` only eos is legal; it stays there
 
-    def value_part(far_fn, segments):
-        return value_rows(aut, sigs, exits, blocks_of, shapes_of, value_rep, far_fn, dev, segments)
-
-    value_ids, which, codes, layouts = value_part(far, True)                           # [Nk], [Nk], [M, Cv]
+    d_r, d_c, d_n = cell_moves(aut, delegates, value_ids, which, codes, block_exit_lists(aut, exits, blocks_of, dev),
+                               spread, ex_r, ex_c, row_of_explicit)
+    ex_r, ex_c, ex_n = torch.cat([ex_r, d_r]), torch.cat([ex_c, d_c]), torch.cat([ex_n, d_n])
     v_row, v_uniq = classes_of(codes)                                                  # [M] equal rows once
     vcodes = codes.index_select(0, v_uniq)                                             # [Rv, Cv]
     # every class has a token (dense ids), so a row is dead iff it has no legal entry
