@@ -18,6 +18,7 @@ import os
 from typing import TYPE_CHECKING
 
 from . import checks
+from .automaton.form import gc_paused
 from .schema.base import collect
 from .tools.choice import reply_key, reply_node
 from .tools.envelope import get_envelope, is_typed, registry_key, registry_node
@@ -134,10 +135,11 @@ def compile_json_schema(schema: dict | bool | str, tokenizer: BaseTokenizer, *, 
     from .compiler import compiled as compiler
     from .schema.build import SchemaOptions, schema_node
     opts = options if options is not None else SchemaOptions()
-    with collect() as relaxed:
-        node = schema_node(schema, opts, separators=(",", ":"), where="<schema>")
-    return noted(compiler.compile_node(node, tokenizer, utf8=True, key=schema_grammar_key(schema, opts),
-                                       device=device), relaxed)
+    with gc_paused():                   # one pause for the whole compile (automaton.form.gc_paused)
+        with collect() as relaxed:
+            node = schema_node(schema, opts, separators=(",", ":"), where="<schema>")
+        return noted(compiler.compile_node(node, tokenizer, utf8=True, key=schema_grammar_key(schema, opts),
+                                           device=device), relaxed)
 
 
 def compile_grammars(items: list, tokenizer: BaseTokenizer, *, format: str = "seed", max_string: int = 256,

@@ -13,13 +13,12 @@ costs a few steps, not 256.
 """
 from __future__ import annotations
 
-import gc
 from collections import deque
 
 import numpy as np
 
 from ..grammar.values import UNBOUNDED, close_ok, stays_ok, value_type_named
-from .form import Automaton, Block, row_classes
+from .form import Automaton, Block, gc_paused, row_classes
 from .nfa import ALT, BLOCK, BYTE, END, MAX_NFA, NFA, GrammarBuildError
 
 __all__ = ["build_node_automaton", "GrammarBuildError", "MAX_EXPLICIT", "MAX_PARALLEL"]
@@ -32,11 +31,7 @@ def build_node_automaton(node, utf8: bool = True) -> Automaton:
     """The automaton of a grammar tree; of a list of trees, one automaton with a start state per tree
     (`starts`, in order): equal parts of the trees are the same NFA states, so the same states and rows."""
     trees = list(node) if isinstance(node, list) else [node]
-    # Tens of thousands of small tuples and dicts, none in a reference cycle: with a large heap (a 150K
-    # tokenizer loaded) the collector's full passes can cost more than the build, so they wait until the end.
-    paused = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():                  # tens of thousands of small tuples and dicts (form.gc_paused)
         for runs in (True, False):
             nfa = NFA(utf8, runs=runs)
             nfa._closure = {}
@@ -50,9 +45,6 @@ def build_node_automaton(node, utf8: bool = True) -> Automaton:
                 # runs (automaton/runs.py) open side by side are parallel values; unrolled, they were not
                 if not nfa.runs_made:
                     raise
-    finally:
-        if paused:
-            gc.enable()
 
 
 class _TooParallel(GrammarBuildError):

@@ -27,7 +27,7 @@ if TYPE_CHECKING:                       # the seed path reads a registry's names
     from ..tools.registry import ToolRegistry
 
 from ..automaton.dfa import build_byte_dfa
-from ..automaton.form import Automaton
+from ..automaton.form import Automaton, gc_paused
 from ..automaton.tree import build_node_automaton
 from ..grammar.nodes import Alt, Lit, Segment, Seq, Str, tool_path
 from ..table.build import build_tables, far_mask
@@ -93,13 +93,15 @@ def compile_node(node, tokenizer, *, utf8: bool = True, key: dict, device="cpu")
         raise ValueError(f"compile_node: key must be a dict, got {type(key).__name__}")
     dev = torch.device(device)
     if dev.type != "cpu":
-        return _compile(node, tokenizer, utf8, key, dev)
+        with gc_paused():
+            return _compile(node, tokenizer, utf8, key, dev)
     # The work is many mid-sized ops: a second intra-op thread buys little, and when another
     # process holds a core it costs a lot (threads spin at every op's barrier). One thread here.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _compile(node, tokenizer, utf8, key, dev)
+        with gc_paused():
+            return _compile(node, tokenizer, utf8, key, dev)
     finally:
         torch.set_num_threads(threads)
 
