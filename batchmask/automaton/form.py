@@ -22,6 +22,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..grammar.values import ValueType, close_ok, stays_need
+from .nfa import GrammarBuildError
+
+MAX_BYTE_ROWS = 4_000_000   # rows of byte_table's delta (int32 [rows, byte classes]; the walk reads int64 copies)
 
 
 @contextmanager
@@ -208,6 +211,11 @@ def byte_table(aut: Automaton, token_len: int, tails: np.ndarray | None = None):
         depth.append(blk.saturates + 1 if blk.saturates is not None else min(blk.max + 1, deep))
         kept.append(int(np.searchsorted(blk.ns, depth[-1])))  # cells are in count order: the first ones
     explicit = explicit_states(aut)
+    if len(explicit) + sum(kept) > MAX_BYTE_ROWS:
+        raise GrammarBuildError(
+            f"grammar: more than {MAX_BYTE_ROWS} states a token's bytes can reach ({len(explicit)} explicit, the "
+            f"first rows of {len(aut.blocks)} values): too many values written out again for every array item "
+            "and property; lower maxItems")
     from_compact = np.concatenate([explicit] + [blk.base + np.arange(k) for blk, k in zip(aut.blocks, kept)]) \
         if aut.blocks else explicit
     from_compact.sort()

@@ -21,9 +21,10 @@ from ..grammar.values import UNBOUNDED, close_ok, stays_ok, value_type_named
 from .form import Automaton, Block, gc_paused, row_classes
 from .nfa import ALT, BLOCK, BYTE, END, MAX_NFA, NFA, GrammarBuildError
 
-__all__ = ["build_node_automaton", "GrammarBuildError", "MAX_EXPLICIT", "MAX_PARALLEL"]
+__all__ = ["build_node_automaton", "GrammarBuildError", "MAX_EXPLICIT", "MAX_PARALLEL", "MAX_STATES"]
 
 MAX_EXPLICIT = 200_000
+MAX_STATES = 20_000_000     # explicit states and block cells: the table's state_row is 4 bytes a state
 MAX_PARALLEL = 5_000
 
 
@@ -256,6 +257,11 @@ class _Subsets:
             block_of[j] = blk
             blocks.append(blk)
             base += blk.size
+        if base > MAX_STATES:
+            raise GrammarBuildError(
+                f"grammar: more than {MAX_STATES} states ({len(blocks)} string values of {base - E} cells in "
+                "all: long strings written out again for every array item and property); lower maxLength or "
+                "maxItems")
         # target codes -> state ids: explicit ids as they are, -1 - k the cell of block position k
         cell = np.array([int(block_of[j].local[n, q]) + block_of[j].base for j, n, q in positions] + [-1],
                         dtype=np.int64)

@@ -53,6 +53,8 @@ RELAXED = {
     "$recursiveRef": (SUPERSET, "written as any JSON value"),
     "nullable": (NARROWED, "read as JSON Schema reads it, an annotation: null is not written unless 'type' allows it"),
     "uniqueItems": (SUPERSET, "items are not kept distinct"),
+    "maxItems": (SUPERSET, "not counted where its items are too large to write out once per count "
+                           "(ITEMS_UNROLL): longer arrays can be written"),
     "oneOf": (SUPERSET, "branches that may overlap are written as anyOf: a value matching two is not refused"),
     "allOf": (SUPERSET, "a branch that cannot be merged with the others is left out"),
     "siblings": (SUPERSET, "keywords beside $ref/anyOf/oneOf that cannot be merged in are left out"),
@@ -76,6 +78,9 @@ def is_annotation(keyword: str) -> bool:
 # above it is refused. LENGTH_CEILING matches --max-string's maximum (batchmask/run/limits.py MAX_STRING).
 LENGTH_CEILING = 65536   # characters of one string
 ITEMS_CEILING = 1024     # items of one array
+ITEMS_UNROLL = 100_000   # nodes of an array's items (written out: schema/nodes.unfolds_within) times the counts a
+                         # maxItems makes, each a copy of the items (100 large objects unfold past nfa.MAX_NFA);
+                         # lenient mode counts no further
 FORMAT_BUDGET = 256      # characters of a narrowed format's value (hostname, email, uri) without a maxLength
 NULLABLE_REPEATS = 16    # repeats of a pattern's *, + or {m,} whose item may be empty (a loop needs one that is not)
 

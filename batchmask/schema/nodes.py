@@ -65,7 +65,7 @@ def without_covered_literals(node: Node, most: int = 256) -> Node:
     if not isinstance(node, Alt):
         return node
     lits = [o for o in node.options if isinstance(o, Lit)]
-    others = [o for o in node.options if not isinstance(o, Lit) and _small(o, SMALL_OPTION)]
+    others = [o for o in node.options if not isinstance(o, Lit) and small(o, SMALL_OPTION)]
     if not lits or not others or len(lits) > most:
         return node
 
@@ -84,7 +84,7 @@ def without_covered_literals(node: Node, most: int = 256) -> Node:
 SMALL_OPTION = 64
 
 
-def _small(node: Node, limit: int) -> bool:
+def small(node: Node, limit: int) -> bool:
     """Whether the tree below `node` has at most `limit` nodes (shared ones counted once)."""
     seen, todo = set(), [node]
     while todo:
@@ -101,6 +101,29 @@ def _small(node: Node, limit: int) -> bool:
         elif isinstance(n, Repeat):
             todo.append(n.item)
     return True
+
+
+def unfolds_within(node: Node, limit: int) -> bool:
+    """Whether `node` written out as the automaton writes it (a shared subtree once per use, a bounded Repeat's
+    item once per count) has at most `limit` nodes: roughly its NFA states (automaton/nfa.py)."""
+    sizes: dict = {}
+
+    def size(n) -> int:
+        got = sizes.get(id(n))
+        if got is None:
+            if isinstance(n, (Seq, Alt)):
+                got = 1
+                for part in (n.items if isinstance(n, Seq) else n.options):
+                    got += size(part)
+                    if got > limit:
+                        break
+            elif isinstance(n, Repeat):
+                got = 1 + size(n.item) * max(1, n.max if n.max is not None else n.min)
+            else:
+                got = 1
+            sizes[id(n)] = got = min(got, limit + 1)
+        return got
+    return size(node) <= limit
 
 
 def opt(node: Node) -> Node:

@@ -7,10 +7,10 @@ from dataclasses import replace
 from fractions import Fraction
 
 from ..grammar.nodes import JsonStr, Node, Repeat
-from .base import FORMAT_BUDGET, ITEMS_CEILING, LENGTH_CEILING, RELAXED, Ctx, Empty, Unwritten, count
+from .base import FORMAT_BUDGET, ITEMS_CEILING, ITEMS_UNROLL, LENGTH_CEILING, RELAXED, Ctx, Empty, Unwritten, count
 from .base import ptr as jp
 from .json_values import exact_number
-from .nodes import alt, lit, seq
+from .nodes import alt, lit, seq, unfolds_within
 from .numbers import integer_node, number_node
 from .objects import object_node
 from .regex import PatternError, pattern_node
@@ -197,6 +197,10 @@ def _array(schema: dict, ptr: str, ctx: Ctx) -> Node:
             rest = ctx.build(items, jp(ptr, "items"), inner)
         except Empty:
             rest = None
+    if hi is not None and rest is not None and _too_many_copies(rest, hi - max(lo, len(heads), 1), ctx):
+        ctx.relax(jp(ptr, "maxItems"), "maxItems", f"maxItems {hi} of items this large unfolds past "
+                                                   f"{ITEMS_UNROLL} nodes")
+        hi = None
     cap = ctx.options.max_items
     longest = len(heads) if rest is None else (hi if hi is not None else None if cap is None else max(cap, lo))
     if hi is not None and longest is not None:
@@ -281,6 +285,12 @@ def any_node(ctx: Ctx, depth: int) -> Node:
     entry = seq(key, inner)
     obj = seq(lit(b"{"), alt(lit(b""), seq(entry, Repeat(seq(sep, entry), 0, _less(n, 1)))), lit(b"}"))
     return alt(*scalars, array, obj)
+
+
+def _too_many_copies(item: Node, copies: int, ctx: Ctx) -> bool:
+    """Lenient mode: whether `copies` copies of `item` (one per count a maxItems keeps) pass ITEMS_UNROLL nodes.
+    Strict mode writes every count, whatever it costs (or the automaton's own limit refuses it)."""
+    return ctx.options.mode != "strict" and copies > 1 and not unfolds_within(item, ITEMS_UNROLL // copies)
 
 
 def _less(cap: int | None, k: int) -> int | None:
