@@ -43,10 +43,12 @@ def worth_a_run(node: Repeat) -> bool:
 def item_run_type(item, nfa_class, byte_kind: int) -> ValueType | None:
     """The run value type of a Repeat's item, or None if the item does not qualify (see the module docstring).
     nfa_class: nfa.NFA (passed in: nfa imports this module), byte_kind: its BYTE."""
+    if not _small_bytes_only(item):      # first, and bounded: a memo lookup of a large item (an array's objects)
+        return None                      # compares trees that share subtrees, which can take minutes
     try:
         got = _MEMO.pop(item)
     except (KeyError, TypeError):
-        got = _item_type(item, nfa_class, byte_kind) if _small_bytes_only(item) else None
+        got = _item_type(item, nfa_class, byte_kind)
     try:
         _MEMO[item] = got
     except TypeError:
