@@ -105,10 +105,9 @@ class Automaton:
     utf8: bool = True
     byte_class: np.ndarray = None   # int64 [256]: bytes no state tells apart share a class (None: work it out)
     starts: list = None             # several grammars in one automaton: each one's start ([start] if None)
-    # An explicit state beside one block position moves on some bytes exactly as that position's cell does; the
-    # table builder reads those tokens from the cell's row instead of walking them (automaton/tree.py _moves_alone).
-    delegates: np.ndarray = None    # int64 [D, 2]: (explicit state, block cell)
-    from_cell: np.ndarray = None    # bool [E]: the edges (of aut.edges) whose tokens are read from the cell
+    # An explicit state beside block positions moves on some bytes exactly as one position's cell does; the table
+    # builder reads those tokens from the cell's row instead of walking them (automaton/tree.py _moves_alone).
+    edge_cell: np.ndarray = None    # int64 [E]: per edge, that block cell; -1 (or None: all) walked
 
     def describe(self, state: int) -> list:
         return self.source.describe(state)

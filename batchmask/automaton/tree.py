@@ -159,7 +159,7 @@ class _Subsets:
         blocks_seen: dict[int, int] = {}      # NFA block state -> entry depth
         positions: dict = {}                  # block position (j, n, q) -> its target code -1 - k
         parallel = [0]                        # explicit states holding two or more string positions
-        delegated: dict = {}                  # explicit id -> (its block position, classes it moves on alone)
+        delegated: dict = {}                  # explicit id -> [(a block position, classes it moves on alone)]
 
         merge = self.merge_lockstep
 
@@ -231,16 +231,19 @@ class _Subsets:
                             delegated)
 
     def _moves_alone(self, elems: tuple, moves: list):
-        """(p, classes) for a state that holds one block position p beside other elements: the byte classes on
-        which only p moves (the state's target is p's own). A token starting with such a byte goes exactly where it
-        goes from p's cell, so the table builder reads it from that cell's row instead of walking every such
-        token again from this state (a pattern's `(...)+` beside the string's end: ten thousand tokens a copy)."""
-        blocks = [e for e in elems if type(e) is tuple]
-        if len(blocks) != 1:
-            return None
-        own = dict(self.elem_moves(blocks[0]))
-        classes = [c for c, tgt in moves if own.get(c) == tgt]
-        return (blocks[0], classes) if classes else None
+        """[(p, classes)] for a state that holds block positions beside other elements: per position p, the byte
+        classes on which only p moves (the state's target is p's own). A token starting with such a byte goes
+        exactly where it goes from p's cell, so the table builder reads it from that cell's row instead of walking
+        every such token again from this state (a pattern's `(...)+` beside the string's end, a hostname's
+        letter-first and digit-first labels: ten thousand tokens a copy)."""
+        out = []
+        for p in elems:
+            if type(p) is tuple:
+                own = dict(self.elem_moves(p))
+                classes = [c for c, tgt in moves if own.get(c) == tgt]
+                if classes:
+                    out.append((p, classes))
+        return out or None
 
     def _layout(self, states, starts, edges_found, blocks_seen, positions, exit_edges, delegated) -> Automaton:
         nfa = self.nfa
@@ -283,8 +286,7 @@ class _Subsets:
         k = np.repeat(np.arange(len(e)), reps)
         rank = np.arange(len(k)) - np.repeat(np.cumsum(reps) - reps, reps)
         edges = np.stack([e[k, 0], order[first[e[k, 1]] + rank], e[k, 2]], 1)
-        delegates, from_cell = self._delegates(delegated, block_of, e)
-        from_cell = from_cell[k]
+        edge_cell = self._delegates(delegated, block_of, e)[k]
         for j, moves in exit_edges.items():
             blk = block_of[j]
             for c, t in moves:
@@ -295,20 +297,27 @@ class _Subsets:
         return Automaton(num_states=base, start=resolve(starts[0]), edges=edges,
                          blocks=blocks, accepting=accepting, source=src, utf8=nfa.utf8,
                          byte_class=self.byte_class.astype(np.int64), starts=[resolve(s) for s in starts],
-                         delegates=delegates, from_cell=from_cell)
+                         edge_cell=edge_cell)
 
-    def _delegates(self, delegated: dict, block_of: dict, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(int64 [D, 2] (explicit state, the block cell its lone moves are read from), bool [len(e)]: which of the
-        (state, class, target) edges `e` are such moves)."""
-        pairs, keys = [], []
-        for i, ((j, n, q), classes) in delegated.items():
-            blk = block_of[j]
-            if n < blk.local.shape[0] and blk.local[n, q] >= 0:
-                pairs.append((i, int(blk.local[n, q]) + blk.base))
-                keys += [i * self.num_classes + c for c in classes]
-        delegates = np.array(pairs, dtype=np.int64).reshape(-1, 2)
-        from_cell = np.isin(e[:, 0] * self.num_classes + e[:, 1], np.array(keys, dtype=np.int64))
-        return delegates, from_cell
+    def _delegates(self, delegated: dict, block_of: dict, e: np.ndarray) -> np.ndarray:
+        """int64 [len(e)]: for each (state, class, target) edge of `e`, the block cell whose moves the tokens
+        starting with its bytes take (`_moves_alone`), -1 for the edges the table builder walks."""
+        keys, cells = [], []
+        for i, found in delegated.items():
+            for (j, n, q), classes in found:
+                blk = block_of.get(j)           # None: a block no state holds alone (it has no cells)
+                if blk is not None and n < blk.local.shape[0] and blk.local[n, q] >= 0:
+                    keys += [i * self.num_classes + c for c in classes]
+                    cells += [int(blk.local[n, q]) + blk.base] * len(classes)
+        out = np.full(len(e), -1, dtype=np.int64)
+        if keys:
+            keys, cells = np.array(keys, dtype=np.int64), np.array(cells, dtype=np.int64)
+            order = np.argsort(keys)
+            keys, cells = keys[order], cells[order]
+            mine = e[:, 0] * self.num_classes + e[:, 1]
+            at = np.minimum(np.searchsorted(keys, mine), len(keys) - 1)
+            out = np.where(keys[at] == mine, cells[at], -1)
+        return out
 
 
 class _NodeSource:

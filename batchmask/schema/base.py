@@ -78,9 +78,9 @@ def is_annotation(keyword: str) -> bool:
 # above it is refused. LENGTH_CEILING matches --max-string's maximum (batchmask/run/limits.py MAX_STRING).
 LENGTH_CEILING = 65536   # characters of one string
 ITEMS_CEILING = 1024     # items of one array
-ITEMS_UNROLL = 100_000   # nodes of an array's items (written out: schema/nodes.unfolds_within) times the counts a
-                         # maxItems makes, each a copy of the items (100 large objects unfold past nfa.MAX_NFA);
-                         # lenient mode counts no further
+ITEMS_UNROLL = 400_000   # nodes of an array's items (written out: schema/nodes.unfolds_within) times the counts a
+                         # maxItems makes, each a copy of the items; as many as nfa.MAX_NFA, so the array alone
+                         # would be refused: lenient mode counts no further
 FORMAT_BUDGET = 256      # characters of a narrowed format's value (hostname, email, uri) without a maxLength
 NULLABLE_REPEATS = 16    # repeats of a pattern's *, + or {m,} whose item may be empty (a loop needs one that is not)
 

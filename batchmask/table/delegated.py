@@ -1,15 +1,15 @@
 """Explicit states that read some of their tokens from a block cell's row instead of walking them.
 
-An explicit state that holds one block position beside other elements (a pattern's `(...)+` beside the string's
-end, a URI path beside its query) moves on some first bytes exactly as that position's cell does
-(automaton/tree.py `_moves_alone`: `Automaton.delegates`, `Automaton.from_cell`). A token starting with such a
+An explicit state that holds block positions beside other elements (a pattern's `(...)+` beside the string's
+end, a hostname's letter-first and digit-first labels) moves on some first bytes exactly as one position's cell does
+(automaton/tree.py `_moves_alone`: `Automaton.edge_cell`). A token starting with such a
 byte goes exactly where it goes from the cell, and the cell's row is worked out anyway from the tokens'
 signatures (table/blocks.py). So those edges are left out of the trie walk (table/tokensim.explicit_columns:
 for wide byte sets that walk is most of the vocabulary, again at every copy of the value) and the state's row
 takes the cell's moves for every class the walk left without a move. Exact: a class with a walked move holds
 only tokens that start with a walked byte; a class without one either starts with a cell's byte (its move is
-the cell's) or died in the walk, and then it dies in the cell too (the cell is one of the state's elements).
-The table is the one the full walk gives.
+the cell's) or died in the walk, and then it dies in the cell too (the cell is one of the state's elements). Two
+cells never both move on one class: a byte both take is walked. The table is the one the full walk gives.
 """
 from __future__ import annotations
 
@@ -19,18 +19,21 @@ from .next_codes import ILLEGAL
 
 
 def walked_edges(aut, edges: torch.Tensor, computed_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(the edges [E', 3] of aut.edges the trie walk still takes, the delegates int64 [D, 2] (state, cell) whose
-    edges it leaves out). A delegate is used only where its cell has a row of its own among the computed cells
-    `computed_ids` (a far cell shares another's row: its moves are walked as before)."""
+    """(the edges [E', 3] of aut.edges the trie walk still takes, the delegates int64 [D, 2] (state, cell): the
+    pairs whose edges it leaves out). An edge is left out only where its cell has a row of its own among the
+    computed cells `computed_ids` (a far cell shares another's row: its tokens are walked as before)."""
     dev = edges.device
-    if aut.delegates is None or not len(aut.delegates) or not len(computed_ids):
-        return edges, torch.zeros((0, 2), dtype=torch.int64, device=dev)
-    delegates = torch.as_tensor(aut.delegates, device=dev)
+    none = torch.zeros((0, 2), dtype=torch.int64, device=dev)
+    if aut.edge_cell is None or not len(computed_ids):
+        return edges, none
+    cell = torch.as_tensor(aut.edge_cell, device=dev)
     ids = torch.sort(computed_ids).values
-    at = torch.searchsorted(ids, delegates[:, 1].contiguous()).clamp(max=len(ids) - 1)
-    delegates = delegates[ids[at] == delegates[:, 1]]
-    skip = torch.as_tensor(aut.from_cell, device=dev) & torch.isin(edges[:, 0], delegates[:, 0])
-    return edges[~skip], delegates
+    at = torch.searchsorted(ids, cell.clamp(min=0)).clamp(max=len(ids) - 1)
+    read = (cell >= 0) & (ids[at] == cell)
+    if not bool(read.any()):
+        return edges, none
+    delegates = torch.unique(torch.stack([edges[read, 0], cell[read]], 1), dim=0)
+    return edges[~read], delegates
 
 
 def cell_moves(aut, delegates, value_ids, which, codes, exit_lists: dict, spread, ex_r, ex_c, row_of_explicit):
@@ -57,13 +60,14 @@ def cell_moves(aut, delegates, value_ids, which, codes, exit_lists: dict, spread
     absolute = flat.index_select(0, at.clamp(max=len(flat) - 1).flatten()).view_as(rows)
     nxt = torch.where(rows >= 0, absolute, torch.where(rows <= -2, cells[:, None] - 2 - rows, ILLEGAL))
     nxt = nxt.index_select(1, spread)                                                           # [D, C]
-    # the classes the walk gave a move from the state keep it
+    # the classes the walk gave a move from the state keep it (a state may have several cells: one per position)
     r = row_of_explicit(states.contiguous())
-    slot = torch.full((int(r.max()) + 1,), -1, dtype=torch.int64, device=dev)
-    slot[r] = torch.arange(len(r), device=dev)
-    near = ex_r[ex_r < len(slot)], ex_c[ex_r < len(slot)]
-    mine = slot.index_select(0, near[0])
-    walked = torch.zeros(nxt.shape, dtype=torch.bool, device=dev)
-    walked[mine[mine >= 0], near[1][mine >= 0]] = True
-    d, c = torch.nonzero((nxt >= 0) & ~walked, as_tuple=True)
+    rows_u, u_of = torch.unique(r, return_inverse=True)
+    slot = torch.full((int(rows_u.max()) + 1,), -1, dtype=torch.int64, device=dev)
+    slot[rows_u] = torch.arange(len(rows_u), device=dev)
+    near = ex_r < len(slot)
+    mine, cls = slot.index_select(0, ex_r[near]), ex_c[near]
+    walked = torch.zeros((len(rows_u), nxt.shape[1]), dtype=torch.bool, device=dev)
+    walked[mine[mine >= 0], cls[mine >= 0]] = True
+    d, c = torch.nonzero((nxt >= 0) & ~walked.index_select(0, u_of), as_tuple=True)
     return r[d], c, nxt[d, c]
