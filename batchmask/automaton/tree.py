@@ -66,10 +66,10 @@ class _Subsets:
         self.nfa = nfa
         self.starts = starts
         self.vts = {}
-        for i, k in enumerate(nfa.kind):
-            if k == BLOCK:
-                name = nfa.arg[i][0]
-                self.vts[name] = value_type_named(name, nfa.utf8)
+        kinds = np.frombuffer(bytes(nfa.kind), dtype=np.uint8)         # kinds are 0..3: one pass in C, not Python
+        for i in np.flatnonzero(kinds == BLOCK).tolist():
+            name = nfa.arg[i][0]
+            self.vts[name] = value_type_named(name, nfa.utf8)
         # Byte classes: bytes equal in every mask and in every value type's columns.
         cols = [np.frombuffer(b"".join(nfa.masks), dtype=np.uint8).reshape(-1, 256).astype(np.int64)]
         for vt in self.vts.values():
@@ -77,9 +77,13 @@ class _Subsets:
         sig = np.concatenate(cols).T                                     # [256, K]
         self.byte_class = row_classes(sig)                               # numbered in lexicographic order
         self.num_classes = int(self.byte_class.max()) + 1
-        self.rep = np.array([np.flatnonzero(self.byte_class == c)[0] for c in range(self.num_classes)])  # smallest
+        self.rep = np.full(self.num_classes, 256, dtype=np.int64)
+        np.minimum.at(self.rep, self.byte_class, np.arange(256))       # the smallest byte of each class
         in_mask = cols[0][:, self.rep] > 0                               # [M, classes]: classes refine masks
-        self.mask_classes = [tuple(np.flatnonzero(row).tolist()) for row in in_mask]
+        m, c = np.nonzero(in_mask)                                       # row-major: each mask's classes ascending
+        cut = np.searchsorted(m, np.arange(len(in_mask) + 1)).tolist()
+        c = c.tolist()
+        self.mask_classes = [tuple(c[a:b]) for a, b in zip(cut, cut[1:])]
         self._trans: dict = {}
         self._exit_moves: dict = {}
 

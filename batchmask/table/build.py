@@ -40,7 +40,7 @@ from .blocks import (
     shapes,
     value_rows,
 )
-from .classes import classes_of, first_of_each, in_first_use_order, refine
+from .classes import classes_of, first_of_each, in_first_use_order, refine, search_sorted, unique_sorted
 from .next_codes import encode_relative, encode_targets, index_targets
 from .tokensim import ByteSteps, VocabPrep, after_stops, explicit_columns
 from .write import RowParts
@@ -60,7 +60,7 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     explicit = torch.as_tensor(explicit_states(aut), device=dev)                         # [E] ascending
 
     def row_of_explicit(states):                            # explicit state id -> its index in `explicit`
-        return torch.searchsorted(explicit, states)
+        return search_sorted(explicit, states)
     edges = torch.as_tensor(aut.edges, device=dev).reshape(-1, 3)
     edges_c = torch.stack([edges[:, 0], edges[:, 1], to_c[edges[:, 2]].long()], 1)
     src, tok, nxt = explicit_columns(edges_c, steps, vocab)
@@ -134,7 +134,7 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
         s = explicit.index_select(0, ex_r)
         ex_code = torch.where(_forward(ex_n, s, done), encode_relative(ex_n, s), ex_n)
         # the target list: the explicit states' few absolute moves, then every block's exits (segments)
-        explicit_targets = torch.unique(torch.cat([ex_code[ex_code >= 0], torch.tensor([done], device=dev)]))
+        explicit_targets = unique_sorted(torch.cat([ex_code[ex_code >= 0], torch.tensor([done], device=dev)]))
         targets, seg_start, seg_base = block_segments(aut, exits, blocks_of, explicit_targets, done, dev)
         # rows: the explicit states' (sparse), `done`'s (sparse, row E), the block cells' (dense on value classes)
         parts = RowParts(E + 1, torch.cat([ex_r, torch.tensor([E], device=dev)]), torch.cat([ex_c, eos_class]),
