@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ..grammar.values import close_ok, stays_need
+from ..select import pick
 from .classes import column_classes
 from .next_codes import encode_relative
 from .signature import STAYS, STOPS
@@ -140,11 +141,16 @@ def _fill_type_rows(vt, per_q, sig, shapes_here, segments: bool, dev) -> None:
             sc, se = code[a2 - c0:b2 - c0], ev[a2 - c0:b2 - c0]      # this shape's cells in the chunk
             P = len(sources)
             bstep = max(1, CELL_ENTRIES // max(1, sc.numel()))
+            width = sources.shape[1]
             for b0 in range(0, P, bstep):
-                got = sources[b0:b0 + bstep].index_select(1, se.reshape(-1)).view(-1, *se.shape)   # [p, cells, C]
-                if segments:          # a legal exit: its event's index in the block's exits
-                    got = torch.where(got > 0, se.to(torch.int32), -1)
-                out[b0:b0 + bstep, a2 - a:b2 - a] = torch.where(got >= 0, got, sc)
+                src = sources[b0:b0 + bstep]                                                     # [p, E + 1]
+                # [p, cells, C] = src[:, se], as one flat gather (a gather along dim 1 is ~3x slower)
+                at = se.reshape(1, -1) + (torch.arange(len(src), device=dev, dtype=se.dtype) * width)[:, None]
+                got = src.reshape(-1).index_select(0, at.reshape(-1)).view(-1, *se.shape)
+                if segments:          # a legal exit (pattern entry 1): its event's index in the block's exits
+                    out[b0:b0 + bstep, a2 - a:b2 - a] = pick(got.bool(), se, sc)
+                else:
+                    out[b0:b0 + bstep, a2 - a:b2 - a] = pick(got >= 0, got, sc)
 
 
 @dataclass
@@ -319,12 +325,12 @@ def _cell_rows(vt, per_q, qs, room, low, at0, cell, grid, last_row, grid_end):
     inside = grid.index_select(0, at.view(-1)).view(at.shape)
     u = units.index_select(0, qs)                                              # close_ok at n + u, bounds shifted by n
     closes = stops.index_select(0, qs) & close_ok(vt, u, qc.index_select(0, qs), low[:, None], room)
-    ev = torch.where(closes, evx.index_select(0, qs), E1 - 1)                # int32: an index into the exits
+    ev = pick(closes, evx.index_select(0, qs), E1 - 1)                        # int32: an index into the exits
     back = stays & (inside < cell[:, None].to(inside.dtype))                  # only in a saturating last row
     if bool(back.any()):
         ev = torch.where(back, E1 + (inside - last_row[:, None]), ev)
         stays = stays & ~back
-    code = torch.where(stays, encode_relative(inside, cell[:, None].to(inside.dtype)), -1).to(torch.int32)
+    code = pick(stays, encode_relative(inside, cell[:, None].to(inside.dtype)), -1).to(torch.int32)
     return code, ev
 
 
