@@ -45,7 +45,14 @@ def build_node_automaton(node, utf8: bool = True) -> Automaton:
                 nfa.limit = len(nfa.kind) + MAX_NFA                # per tree: a union of many tool sets is not one
                 starts.append(nfa.build(t, nfa.end, "grammar" if len(trees) == 1 else f"grammar {k}"))
             try:
-                return _Subsets(nfa, starts).run()
+                sub = _Subsets(nfa, starts)
+                aut = sub.run()
+                # the build's memos (tens of thousands of small tuples, lists and dicts) are not read again
+                # (describe and finish_bytes read the NFA's states and the value types): freed here, while the
+                # collector waits, they are not traversed by its first pass after the build (~1 ms a catalogue)
+                sub._trans = sub._exit_moves = None
+                nfa._index = nfa._built = nfa._closure = None
+                return aut
             except _TooParallel:
                 # runs (automaton/runs.py) open side by side are parallel values; unrolled, they were not
                 if not nfa.runs_made:
