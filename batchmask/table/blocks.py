@@ -71,7 +71,10 @@ def value_rows(aut, sigs, exit_cls, blocks_of, shapes_of, rep, far, dev, segment
             bases = torch.as_tensor([aut.blocks[ks[j]].base for j in js], device=dev)
             exits = aft.index_select(0, torch.as_tensor(js, device=dev))                 # [b, E + 1]
             if segments:                    # the blocks' patterns of legal exits: [P, E + 1], pattern of each
-                patterns, pattern_of = torch.unique(exits >= 0, dim=0, return_inverse=True)
+                if len(js) == 1:            # one block: its pattern (what torch.unique gives, without its sort)
+                    patterns, pattern_of = exits >= 0, torch.zeros(1, dtype=torch.int64, device=dev)
+                else:
+                    patterns, pattern_of = torch.unique(exits >= 0, dim=0, return_inverse=True)
                 sources = patterns.to(torch.int32)
             else:
                 sources, pattern_of = exits, torch.arange(len(js), device=dev)
