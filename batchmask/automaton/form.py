@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..grammar.values import ValueType, close_ok, stays_need
+from ..select import pick
 from .nfa import GrammarBuildError
 
 MAX_BYTE_ROWS = 4_000_000   # rows of byte_table's delta (int32 [rows, byte classes]; the walk reads int64 copies)
@@ -261,7 +262,7 @@ def byte_table(aut: Automaton, token_len: int, tails: np.ndarray | None = None):
         at = step[qs]                                                       # [N, K] int64: no cast inside take
         at += (np.asarray(gstart[:-1])[j] + ns * Q)[:, None]                # in place: one [N, K] buffer, not two
         target = grid.take(at)
-        delta[rows] = np.where(ok, target, -1)
+        delta[rows] = pick(ok, target, np.int32(-1))                    # no branch per entry (batchmask/select.py)
         ends = np.flatnonzero(close_ok(vt, ns, qs, lo, hi))
         if len(ends):
             exits = np.stack([b.exits[rep] for b in blocks])[j[ends]]      # [Ne, K] the state after each ending byte

@@ -14,12 +14,14 @@ costs a few steps, not 256.
 from __future__ import annotations
 
 from collections import deque
+from itertools import repeat
 
 import numpy as np
 
 from ..grammar.values import UNBOUNDED, close_ok, stays_ok, value_type_named
 from .form import Automaton, Block, gc_paused, row_classes
-from .nfa import ALT, BLOCK, BYTE, END, MAX_NFA, NFA, GrammarBuildError
+from .nfa import ALT, BLOCK, BYTE, MAX_NFA, NFA, GrammarBuildError
+from .source import NodeSource
 
 __all__ = ["build_node_automaton", "GrammarBuildError", "MAX_EXPLICIT", "MAX_PARALLEL", "MAX_STATES"]
 
@@ -41,7 +43,14 @@ def build_node_automaton(node, utf8: bool = True) -> Automaton:
                 nfa.limit = len(nfa.kind) + MAX_NFA                # per tree: a union of many tool sets is not one
                 starts.append(nfa.build(t, nfa.end, "grammar" if len(trees) == 1 else f"grammar {k}"))
             try:
-                return _Subsets(nfa, starts).run()
+                sub = _Subsets(nfa, starts)
+                aut = sub.run()
+                # the build's memos (tens of thousands of small tuples, lists and dicts) are not read again
+                # (describe and finish_bytes read the NFA's states and the value types): freed here, while the
+                # collector waits, they are not traversed by its first pass after the build (~1 ms a catalogue)
+                sub._trans = sub._exit_moves = None
+                nfa._index = nfa._built = nfa._closure = None
+                return aut
             except _TooParallel:
                 # runs (automaton/runs.py) open side by side are parallel values; unrolled, they were not
                 if not nfa.runs_made:
@@ -59,10 +68,10 @@ class _Subsets:
         self.nfa = nfa
         self.starts = starts
         self.vts = {}
-        for i, k in enumerate(nfa.kind):
-            if k == BLOCK:
-                name = nfa.arg[i][0]
-                self.vts[name] = value_type_named(name, nfa.utf8)
+        kinds = np.frombuffer(bytes(nfa.kind), dtype=np.uint8)         # kinds are 0..3: one pass in C, not Python
+        for i in np.flatnonzero(kinds == BLOCK).tolist():
+            name = nfa.arg[i][0]
+            self.vts[name] = value_type_named(name, nfa.utf8)
         # Byte classes: bytes equal in every mask and in every value type's columns.
         cols = [np.frombuffer(b"".join(nfa.masks), dtype=np.uint8).reshape(-1, 256).astype(np.int64)]
         for vt in self.vts.values():
@@ -70,14 +79,19 @@ class _Subsets:
         sig = np.concatenate(cols).T                                     # [256, K]
         self.byte_class = row_classes(sig)                               # numbered in lexicographic order
         self.num_classes = int(self.byte_class.max()) + 1
-        self.rep = np.array([np.flatnonzero(self.byte_class == c)[0] for c in range(self.num_classes)])  # smallest
+        self.rep = np.full(self.num_classes, 256, dtype=np.int64)
+        np.minimum.at(self.rep, self.byte_class, np.arange(256))       # the smallest byte of each class
         in_mask = cols[0][:, self.rep] > 0                               # [M, classes]: classes refine masks
-        self.mask_classes = [tuple(np.flatnonzero(row).tolist()) for row in in_mask]
+        m, c = np.nonzero(in_mask)                                       # row-major: each mask's classes ascending
+        cut = np.searchsorted(m, np.arange(len(in_mask) + 1)).tolist()
+        c = c.tolist()
+        self.mask_classes = [tuple(c[a:b]) for a, b in zip(cut, cut[1:])]
         self._trans: dict = {}
         self._exit_moves: dict = {}
 
     def elem_moves(self, e) -> list:
-        """[(class, elements after it)] for one element."""
+        """[(classes, elements after them)] for one element, classes ascending: a byte set is one group (its
+        classes share one target tuple), a block position a group per class."""
         got = self._trans.get(e)
         if got is not None:
             return got
@@ -92,7 +106,7 @@ class _Subsets:
                 hi = UNBOUNDED
             if close_ok(vt, n, q, lo, hi):
                 if j not in self._exit_moves:
-                    self._exit_moves[j] = dict(self.set_moves(nfa.closure(nfa.next[j])))
+                    self._exit_moves[j] = {c: t for cs, t in self.set_moves(nfa.closure(nfa.next[j])) for c in cs}
                 exit_moves = self._exit_moves[j]
             q2s = vt.table[q, self.rep]                                  # every class at once
             n2s = n + vt.inc[q, self.rep]
@@ -105,10 +119,10 @@ class _Subsets:
                 if c in exit_moves:
                     tgt = tgt + exit_moves[c]
                 if tgt:
-                    out.append((c, tgt))
+                    out.append(((c,), tgt))
         elif nfa.kind[e] == BYTE:
-            tgt = nfa.closure(nfa.next[e])
-            out = [(c, tgt) for c in self.mask_classes[nfa.arg[e]]]
+            classes = self.mask_classes[nfa.arg[e]]
+            out = [(classes, nfa.closure(nfa.next[e]))] if classes else []
         self._trans[e] = out
         return out
 
@@ -117,9 +131,28 @@ class _Subsets:
             return self.elem_moves(elems[0])  # one byte set (most states): classes ascending, targets distinct
         buckets: dict = {}
         for e in elems:
-            for c, tgt in self.elem_moves(e):
-                buckets.setdefault(c, []).extend(tgt)
-        return [(c, tuple(dict.fromkeys(t))) for c, t in sorted(buckets.items())]
+            for cs, tgt in self.elem_moves(e):
+                for c in cs:
+                    got = buckets.get(c)
+                    if got is None:
+                        buckets[c] = [tgt]
+                    else:
+                        got.append(tgt)
+        # classes whose targets come from the same elements' tuples (the same objects: a byte set's classes
+        # share one) get one merged tuple, built once and shared; neighbouring classes that share it, one group
+        out, made, last = [], {}, None
+        for c in sorted(buckets):
+            parts = buckets[c]
+            key = tuple(map(id, parts))              # the parts stay alive (elem_moves keeps them): ids are theirs
+            t = made.get(key)
+            if t is None:
+                t = made[key] = tuple(dict.fromkeys(x for part in parts for x in part))
+            if t is last:
+                out[-1][0].append(c)
+            else:
+                out.append(([c], t))
+                last = t
+        return out
 
     def merge_lockstep(self, elems: tuple) -> tuple:
         """Block positions of one value type, bounds and cell (n, q) move in lockstep until the value ends: they
@@ -203,6 +236,7 @@ class _Subsets:
         exit_edges: dict[int, list] = {}
         trans, elem_moves, index_get = self._trans, self.elem_moves, index.get
         add_src, add_cls, add_tgt = src_l.append, cls_l.append, tgt_l.append
+        ext_src, ext_cls, ext_tgt = src_l.extend, cls_l.extend, tgt_l.extend
         while queue:
             i = queue.popleft()
             if i >= 0:
@@ -218,15 +252,23 @@ class _Subsets:
                         alone = self._moves_alone(elems, moves)
                         if alone is not None:
                             delegated[i] = alone
-                for c, tgt in moves:
+                for cs, tgt in moves:                  # a group of classes with one target: looked up once
                     t0 = tgt[0]
                     j = index_get(t0) if len(tgt) == 1 and type(t0) is int else None   # a lone byte set met before
-                    add_src(i)
-                    add_cls(c)
-                    add_tgt(j if j is not None else target(tgt))
+                    at = j if j is not None else target(tgt)
+                    k = len(cs)
+                    if k == 1:
+                        add_src(i)
+                        add_cls(cs[0])
+                        add_tgt(at)
+                    else:
+                        ext_src(repeat(i, k))
+                        ext_cls(cs)
+                        ext_tgt(repeat(at, k))
             else:
                 j = -1 - i
-                exit_edges[j] = [(c, target(tgt)) for c, tgt in self.set_moves(nfa.closure(nfa.next[j]))]
+                exit_edges[j] = [(c, at) for cs, tgt in self.set_moves(nfa.closure(nfa.next[j]))
+                                 for at in (target(tgt),) for c in cs]
         return self._layout(states, starts, (src_l, cls_l, tgt_l), blocks_seen, list(positions), exit_edges,
                             delegated)
 
@@ -239,8 +281,8 @@ class _Subsets:
         out = []
         for p in elems:
             if type(p) is tuple:
-                own = dict(self.elem_moves(p))
-                classes = [c for c, tgt in moves if own.get(c) == tgt]
+                own = {c: t for cs, t in self.elem_moves(p) for c in cs}
+                classes = [c for cs, tgt in moves for c in cs if own.get(c) == tgt]
                 if classes:
                     out.append((p, classes))
         return out or None
@@ -293,7 +335,7 @@ class _Subsets:
                 blk.exits[bytes_of[c]] = resolve(t)
             blk.check(f"grammar: {blk.vt.name} value")
         accepting = np.array([i for i, el in enumerate(states) if nfa.end in el], dtype=np.int64)
-        src = _NodeSource(nfa, states, blocks, self)
+        src = NodeSource(nfa, states, blocks, self.vts)
         return Automaton(num_states=base, start=resolve(starts[0]), edges=edges,
                          blocks=blocks, accepting=accepting, source=src, utf8=nfa.utf8,
                          byte_class=self.byte_class.astype(np.int64), starts=[resolve(s) for s in starts],
@@ -319,98 +361,3 @@ class _Subsets:
             out = np.where(keys[at] == mine, cells[at], -1)
         return out
 
-
-class _NodeSource:
-    """describe() and finish_bytes() for a node-built automaton."""
-
-    def __init__(self, nfa: NFA, states, blocks, subsets: _Subsets):
-        self.nfa, self.states, self.blocks, self.sub = nfa, states, blocks, subsets
-        self._best = None
-
-    def _elements(self, s: int):
-        if s < len(self.states):
-            return self.states[s]
-        for blk in self.blocks:
-            if blk.base <= s < blk.base + blk.size:
-                return ((blk.label[3], int(blk.ns[s - blk.base]), int(blk.qs[s - blk.base])),)
-        raise IndexError(f"state {s} out of range")
-
-    def describe(self, s: int) -> list:
-        out = []
-        for e in self._elements(s):
-            if isinstance(e, tuple):
-                vname, lo, hi = self.nfa.arg[e[0]]
-                out.append(("S", e[1], self.sub.vts[vname].names[e[2]], (vname, lo, hi)))
-            elif e == self.nfa.end:
-                out.append("final")
-            else:
-                out.append(("B", _mask_text(self.nfa.masks[self.nfa.arg[e]]), self._tail(e)))
-        return out
-
-    def _tail(self, e, limit: int = 24) -> bytes:
-        """The shortest bytes from NFA state e on, cut at `limit` (describe only)."""
-        return self._path(e)[:limit]
-
-    def _lengths(self):
-        """Shortest completion length per NFA state and the choice at each ALT (one pass in id order)."""
-        if self._best is None:
-            nfa = self.nfa
-            inf = 1 << 60
-            best = [inf] * len(nfa.kind)
-            pick = [-1] * len(nfa.kind)
-            for i, k in enumerate(nfa.kind):
-                if k == END:
-                    best[i] = 0
-                elif k == BYTE:
-                    has = self.nfa.masks[nfa.arg[i]].find(1) >= 0
-                    best[i] = 1 + best[nfa.next[i]] if has else inf
-                elif k == ALT:
-                    opts = nfa.arg[i]
-                    j = min(range(len(opts)), key=lambda x: best[opts[x]])      # ties: the first option
-                    best[i], pick[i] = best[opts[j]], opts[j]
-                else:
-                    vname, lo, _ = nfa.arg[i]
-                    best[i] = len(self.sub.vts[vname].finish(0, 0, lo)) + best[nfa.next[i]]
-            self._best = (best, pick)
-        return self._best
-
-    def _path(self, i: int) -> bytes:
-        best, pick = self._lengths()
-        nfa, out = self.nfa, bytearray()
-        while nfa.kind[i] != END:
-            k = nfa.kind[i]
-            if k == ALT:
-                i = pick[i]
-                continue
-            if k == BYTE:
-                out.append(nfa.masks[nfa.arg[i]].find(1))
-            else:
-                vname, lo, _ = nfa.arg[i]
-                out += self.sub.vts[vname].finish(0, 0, lo)
-            i = nfa.next[i]
-        return bytes(out)
-
-    def finish_bytes(self, s: int) -> bytes:
-        """A shortest completion: the element with the shortest one wins, ties to the first."""
-        best, _ = self._lengths()
-        nfa = self.nfa
-        choice, length = None, None
-        for e in self._elements(s):
-            if isinstance(e, tuple):
-                j, n, q = e
-                vname, lo, _ = nfa.arg[j]
-                head = self.sub.vts[vname].finish(n, q, lo)
-                n_e, tail_from = len(head) + best[nfa.next[j]], nfa.next[j]
-            else:
-                head, n_e, tail_from = b"", best[e], e
-            if length is None or n_e < length:
-                choice, length = (head, tail_from), n_e
-        head, tail_from = choice
-        return head + self._path(tail_from)
-
-
-def _mask_text(mask: bytes) -> str:
-    on = [b for b in range(256) if mask[b]]
-    if len(on) == 1:
-        return repr(bytes(on))
-    return f"[{len(on)} bytes {bytes(on[:6])!r}...]" if len(on) > 6 else f"{bytes(on)!r}"

@@ -18,9 +18,10 @@ import numpy as np
 import torch
 
 from ..grammar.values import close_ok, stays_need
+from ..select import pick
 from .classes import column_classes
 from .next_codes import encode_relative
-from .tokensim import STAYS, STOPS
+from .signature import STAYS, STOPS
 
 
 def far_mask(blk, reach, dev=None) -> np.ndarray:
@@ -63,16 +64,17 @@ def value_rows(aut, sigs, exit_cls, blocks_of, shapes_of, rep, far, dev, segment
         aft = per_q[6].view(len(ks), -1)                                          # [B_vt, E + 1] the exits
         if any(aut.blocks[k].saturates is not None for k in ks):
             aft = torch.cat([aft, saturated_row_ids(aut, ks, Q, dev)], 1)         # [B_vt, E + 1 + Q]
+        shapes_here = []                # per shape: (its cells' span in `cells`, out [P, n, C], sources, pattern_of)
         for js in shapes_of[name].values():                                     # js: blocks of the type
             blk = aut.blocks[ks[js[0]]]
             sel, far_at, far_src = _cells_computed(blk, far(blk, sig.reach, dev), Q)   # [n] cells of the shape
-            depth = len(blk.local) + int(sig.reach.max()) + 2 if blk.saturates is not None else len(blk.local)
-            grid = torch.from_numpy(blk.saturated_grid(depth).reshape(-1).astype(np.int32)).to(dev)
-            last_row = blk.size - Q if blk.saturates is not None else 1 << 30     # offset of a saturating last row
             bases = torch.as_tensor([aut.blocks[ks[j]].base for j in js], device=dev)
             exits = aft.index_select(0, torch.as_tensor(js, device=dev))                 # [b, E + 1]
             if segments:                    # the blocks' patterns of legal exits: [P, E + 1], pattern of each
-                patterns, pattern_of = torch.unique(exits >= 0, dim=0, return_inverse=True)
+                if len(js) == 1:            # one block: its pattern (what torch.unique gives, without its sort)
+                    patterns, pattern_of = exits >= 0, torch.zeros(1, dtype=torch.int64, device=dev)
+                else:
+                    patterns, pattern_of = torch.unique(exits >= 0, dim=0, return_inverse=True)
                 sources = patterns.to(torch.int32)
             else:
                 sources, pattern_of = exits, torch.arange(len(js), device=dev)
@@ -83,25 +85,75 @@ def value_rows(aut, sigs, exit_cls, blocks_of, shapes_of, rep, far, dev, segment
             layouts.append(_Layout(bases.cpu().numpy(), blk.size, pattern_of.cpu().numpy(), sel, made, P,
                                    far_at, far_src))
             out = torch.empty((P, n, C), dtype=torch.int32, device=dev)            # rows made: pattern-major
-            cstep = max(1, CELL_ENTRIES // max(1, C))
-            for c0 in range(0, n, cstep):                 # cells in chunks, then patterns in chunks: the
-                cut = cells[c0:c0 + cstep]                # [cells, C] temporaries stay in cache
-                at = sel[c0:c0 + cstep]
-                qs, ns = torch.from_numpy(blk.qs[at]).to(dev), torch.from_numpy(blk.ns[at]).to(dev)
-                code, ev = _cell_rows(vt, per_q, qs, (blk.max - ns).to(torch.int32), (blk.min - ns).to(torch.int32),
-                                      (ns * Q).to(torch.int32), cut, grid, last_row)
-                bstep = max(1, CELL_ENTRIES // max(1, code.numel()))
-                for b0 in range(0, P, bstep):
-                    got = sources[b0:b0 + bstep].index_select(1, ev.view(-1)).view(-1, *ev.shape)   # [p, cells, C]
-                    if segments:          # a legal exit: its event's index in the block's exits
-                        got = torch.where(got > 0, ev.to(torch.int32), -1)
-                    out[b0:b0 + bstep, c0:c0 + cstep] = torch.where(got >= 0, got, code)
+            shapes_here.append((blk, sel, out, sources))
             rows.append(out.view(-1, C))
             made += P * n
+        _fill_type_rows(vt, per_q, sig, shapes_here, segments, dev)
     if not rows:
         z = torch.empty(0, dtype=torch.int64, device=dev)
         return z, z, torch.empty((0, C), dtype=torch.int32, device=dev), layouts
     return torch.cat(ids_out), torch.cat(which), torch.cat(rows), layouts
+
+
+def _fill_type_rows(vt, per_q, sig, shapes_here, segments: bool, dev) -> None:
+    """Fill each shape's rows out [P, n, C] (value_rows) for one value type. The cells of all its shapes go
+    through _cell_rows together, a chunk of cells at a time (each shape's grid at its own offset in one
+    array, its bounds per cell): a catalogue's dozen shapes of ~70 cells each cost one pass of small ops,
+    not a dozen. Then per shape its patterns of legal exits fill in where a token ends the value."""
+    Q = vt.num_substates
+    qs, ns, hi, lo, at0, cell, last, gend, grids, spans = [], [], [], [], [], [], [], [], [], []
+    g_at = c_at = 0
+    for blk, sel, _, _ in shapes_here:
+        depth = len(blk.local) + int(sig.reach.max()) + 2 if blk.saturates is not None else len(blk.local)
+        grid = blk.saturated_grid(depth).reshape(-1).astype(np.int32)
+        n = len(sel)
+        qs.append(blk.qs[sel])
+        ns.append(blk.ns[sel])
+        hi.append(np.full(n, blk.max, dtype=np.int64))
+        lo.append(np.full(n, blk.min, dtype=np.int64))
+        at0.append(np.full(n, g_at, dtype=np.int64))                   # its grid's offset in the joined grids
+        gend.append(np.full(n, g_at + len(grid) - 1, dtype=np.int64))  # its grid's last entry (the clamp)
+        last.append(np.full(n, blk.size - Q if blk.saturates is not None else 1 << 30, dtype=np.int64))
+        cell.append(sel)
+        grids.append(grid)
+        spans.append((c_at, c_at + n))
+        g_at += len(grid)
+        c_at += n
+    if not c_at:
+        return
+    qs, ns, hi, lo, at0, cell = (torch.from_numpy(np.concatenate(x).astype(np.int64, copy=False)).to(dev)
+                                 for x in (qs, ns, hi, lo, at0, cell))
+    # grid offsets and the saturating rows' offsets in int32 where the joined grids allow, as the [cells, C] sums
+    # they enter (half the memory traffic)
+    wide = torch.int32 if g_at < (1 << 31) - 1 else torch.int64
+    last, gend = (torch.from_numpy(np.concatenate(x)).to(device=dev, dtype=wide) for x in (last, gend))
+    grid = torch.from_numpy(np.concatenate(grids)).to(dev)
+    C = shapes_here[0][2].shape[2]
+    cstep = max(1, CELL_ENTRIES // max(1, C))
+    for c0 in range(0, c_at, cstep):                 # cells in chunks, then patterns in chunks: the
+        c1 = min(c0 + cstep, c_at)                    # [cells, C] temporaries stay in cache
+        part = slice(c0, c1)
+        code, ev = _cell_rows(vt, per_q, qs[part], (hi[part] - ns[part]).to(torch.int32),
+                              (lo[part] - ns[part]).to(torch.int32), (at0[part] + ns[part] * Q).to(wide),
+                              cell[part], grid,
+                              last[part], gend[part])
+        for (a, b), (_, _, out, sources) in zip(spans, shapes_here):
+            a2, b2 = max(a, c0), min(b, c1)
+            if a2 >= b2:
+                continue
+            sc, se = code[a2 - c0:b2 - c0], ev[a2 - c0:b2 - c0]      # this shape's cells in the chunk
+            P = len(sources)
+            bstep = max(1, CELL_ENTRIES // max(1, sc.numel()))
+            width = sources.shape[1]
+            for b0 in range(0, P, bstep):
+                src = sources[b0:b0 + bstep]                                                     # [p, E + 1]
+                # [p, cells, C] = src[:, se], as one flat gather (a gather along dim 1 is ~3x slower)
+                at = se.reshape(1, -1) + (torch.arange(len(src), device=dev, dtype=se.dtype) * width)[:, None]
+                got = src.reshape(-1).index_select(0, at.reshape(-1)).view(-1, *se.shape)
+                if segments:          # a legal exit (pattern entry 1): its event's index in the block's exits
+                    out[b0:b0 + bstep, a2 - a:b2 - a] = pick(got.bool(), se, sc)
+                else:
+                    out[b0:b0 + bstep, a2 - a:b2 - a] = pick(got >= 0, got, sc)
 
 
 @dataclass
@@ -139,10 +191,10 @@ def block_first_use(templates: list, first: np.ndarray) -> None:
     lowest base), each row's first offset in the template."""
     for L, tmpl in templates:
         lowest = np.full(L.P, np.iinfo(np.int64).max, dtype=np.int64)
-        np.minimum.at(lowest, L.pattern_of, L.bases)
-        for p in range(L.P):
-            rows, at = np.unique(tmpl[p], return_index=True)
-            np.minimum.at(first, rows, lowest[p] + at)
+        np.minimum.at(lowest, L.pattern_of, L.bases)                  # every pattern has a block
+        # the cell ids of each pattern's first block rise with the offset: a row's least is its first use
+        # (one scatter-min for all patterns: ~20x a np.unique(return_index) per pattern)
+        np.minimum.at(first, tmpl.reshape(-1), (lowest[:, None] + np.arange(L.size)).reshape(-1))
 
 
 def block_rows(state_row: np.ndarray, templates: list, renumber: np.ndarray) -> None:
@@ -254,7 +306,7 @@ def _per_substate(vt, sig, rep, exits):
     an index into the compact exits' rows with one -1 column appended, for cells without an event)."""
     aft = exits.after
     Q = vt.num_substates
-    out, units, q_end, ev = (getattr(sig, f)[:, rep] for f in ("out", "units", "q_end", "ev_of"))
+    out, units, q_end, ev = sig.columns(rep)                                   # [Q, C] each
     qc = q_end.clamp(min=0)
     need = torch.where(out == STAYS, stays_need(vt, q_end, units), 1 << 30).to(torch.int32)
     step = (units * Q + qc).to(torch.int32)
@@ -266,10 +318,10 @@ def _per_substate(vt, sig, rep, exits):
     return need, step, units.to(torch.int32), qc.to(torch.int32), stops, evx, aflat.reshape(-1).to(torch.int32), E1
 
 
-def _cell_rows(vt, per_q, qs, room, low, at0, cell, grid, last_row):
+def _cell_rows(vt, per_q, qs, room, low, at0, cell, grid, last_row, grid_end):
     """Rows of block cells (sub-state qs, room max - n, low min - n, grid offset of their row, their offset in
     the block; all [n]) for the class representatives, but for where a token ends the value:
-    (codes int32 [n, C]: relative for moves inside the value, else -1; the ending event of each entry, int64
+    (codes int32 [n, C]: relative for moves inside the value, else -1; the ending event of each entry, int32
     [n, C], an index into a block's exits, the last one (-1) where the entry does not end the value).
 
     A saturating block's grid repeats its last row (offsets from `last_row` on; Block.saturated_grid), so a
@@ -280,15 +332,16 @@ def _cell_rows(vt, per_q, qs, room, low, at0, cell, grid, last_row):
     room = room[:, None]
     stays = need.index_select(0, qs) <= room                                   # [n, C] stays_ok
     at = at0[:, None] + step.index_select(0, qs)
-    inside = grid.index_select(0, at.clamp_(max=len(grid) - 1).view(-1)).view(at.shape)
+    at = torch.minimum(at, grid_end[:, None])                                 # within each cell's own grid
+    inside = grid.index_select(0, at.view(-1)).view(at.shape)
     u = units.index_select(0, qs)                                              # close_ok at n + u, bounds shifted by n
     closes = stops.index_select(0, qs) & close_ok(vt, u, qc.index_select(0, qs), low[:, None], room)
-    ev = torch.where(closes, evx.index_select(0, qs), E1 - 1).long()
+    ev = pick(closes, evx.index_select(0, qs), E1 - 1)                        # int32: an index into the exits
     back = stays & (inside < cell[:, None].to(inside.dtype))                  # only in a saturating last row
     if bool(back.any()):
-        ev = torch.where(back, E1 + (inside.long() - last_row), ev)
+        ev = torch.where(back, E1 + (inside - last_row[:, None]), ev)
         stays = stays & ~back
-    code = torch.where(stays, encode_relative(inside, cell[:, None].to(inside.dtype)), -1).to(torch.int32)
+    code = pick(stays, encode_relative(inside, cell[:, None].to(inside.dtype)), -1).to(torch.int32)
     return code, ev
 
 

@@ -41,7 +41,7 @@ from .blocks import (
     shapes,
     value_rows,
 )
-from .classes import classes_of, first_of_each, in_first_use_order, refine
+from .classes import classes_of, first_of_each, in_first_use_order, refine, search_sorted, unique_sorted
 from .delegated import cell_moves, walked_edges
 from .next_codes import encode_relative, encode_targets, index_targets
 from .tokensim import ByteSteps, VocabPrep, after_stops, explicit_columns
@@ -62,7 +62,7 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     explicit = torch.as_tensor(explicit_states(aut), device=dev)                         # [E] ascending
 
     def row_of_explicit(states):                            # explicit state id -> its index in `explicit`
-        return torch.searchsorted(explicit, states)
+        return search_sorted(explicit, states)
 
     # Block cells: signatures per value type, and the state after each value-ending event.
     vts = aut.value_types()
@@ -143,7 +143,7 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
         s = explicit.index_select(0, ex_r)
         ex_code = torch.where(_forward(ex_n, s, done), encode_relative(ex_n, s), ex_n)
         # the target list: the explicit states' few absolute moves, then every block's exits (segments)
-        explicit_targets = torch.unique(torch.cat([ex_code[ex_code >= 0], torch.tensor([done], device=dev)]))
+        explicit_targets = unique_sorted(torch.cat([ex_code[ex_code >= 0], torch.tensor([done], device=dev)]))
         targets, seg_start, seg_base = block_segments(aut, exits, blocks_of, explicit_targets, done, dev)
         # rows: the explicit states' (sparse), `done`'s (sparse, row E), the block cells' (dense on value classes)
         parts = RowParts(E + 1, torch.cat([ex_r, torch.tensor([E], device=dev)]), torch.cat([ex_c, eos_class]),

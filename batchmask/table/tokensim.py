@@ -4,12 +4,10 @@ What depends on the vocabulary alone is computed once per tokenizer and kept (`p
 an in-memory cache keyed by the tokenizer's vocab_hash() and stop ids, a few entries):
 
   * FlatVocab: every token's bytes in one flat array, and (on first use) its trie (table/trie.py);
-  * per value type (grammar/values.py), each token's *signature* from every sub-state q: whether its
-    bytes stay inside the value (the units they add, the sub-state they end in), stop at a byte
-    the value cannot take where it may end (the position of that byte: the value ends there and
-    the rest of the token runs from what follows), or die. From a cell (n, q) of any value of
-    that type the token's effect is then this signature plus the bounds checks of grammar/values.py, so
-    it is computed once, not per cell, per value or per grammar.
+  * per value type (grammar/values.py), each token's *signature* from every sub-state q (table/signature.py):
+    whether its bytes stay inside the value, stop at a byte the value cannot take where it may end, or die.
+    From a cell (n, q) of any value of that type the token's effect is then this signature plus the bounds
+    checks of grammar/values.py, so it is computed once, not per cell, per value or per grammar.
 
 What depends on the grammar (the explicit states' columns, the rest of a token after a value
 ends) is simulated per compile, on the live (state, token) pairs only.
@@ -26,11 +24,12 @@ import torch
 
 from ..grammar.values import ValueType
 from .classes import classes_of
+from .signature import DIES, STAYS, STOPS, Signature, compute_signature
 from .trie import VocabTrie
 from .trie import walk as trie_walk
 
-# Signature outcomes of a token from a value sub-state.
-DIES, STAYS, STOPS = 0, 1, 2
+__all__ = ["DIES", "STAYS", "STOPS", "Signature", "FlatVocab", "VocabPrep", "prepare_vocab", "explicit_columns",
+           "after_stops", "run_tokens"]
 
 
 class FlatVocab:
@@ -76,25 +75,6 @@ class FlatVocab:
 
 
 @dataclass
-class Signature:
-    """A value type's effect of every token from every sub-state (see the module docstring)."""
-    out: torch.Tensor          # int64 [Q, V]: DIES / STAYS / STOPS
-    units: torch.Tensor        # int64 [Q, V]: units added before the end or the stop
-    q_end: torch.Tensor        # int64 [Q, V]: sub-state at the end or the stop, -1 if it dies
-    ev_of: torch.Tensor        # int64 [Q, V]: index of the (token, stop position) event, -1 if none
-    ev_tok: torch.Tensor       # int64 [E]
-    ev_pos: torch.Tensor       # int64 [E]: position of the byte that ends the value
-    ev_byte: torch.Tensor      # int64 [E]: that byte
-    sig_id: torch.Tensor       # int64 [V]: tokens with equal signatures from every sub-state share an id
-    reach: torch.Tensor        # int64 [Q]: the most units any token adds from each sub-state
-    # the cells where ev_of >= 0, in row-major (q, token) order, as torch.nonzero would give them: vocabulary-only,
-    # so a compile need not search the [Q, V] field for them
-    stop_q: torch.Tensor = None    # int64 [P]
-    stop_t: torch.Tensor = None    # int64 [P]
-    stop_ev: torch.Tensor = None   # int64 [P]: ev_of[stop_q, stop_t]
-
-
-@dataclass
 class VocabPrep:
     """The vocabulary-only work for one tokenizer (stop ids' bytes blanked: they are never text)."""
     token_bytes: list
@@ -106,7 +86,7 @@ class VocabPrep:
 
     def signature(self, vt: ValueType) -> Signature:
         if vt.name not in self.signatures:
-            self.signatures[vt.name] = _signature(vt, self.vocab)
+            self.signatures[vt.name] = compute_signature(vt, self.vocab)
         return self.signatures[vt.name]
 
     def value_classes(self, vts: list) -> torch.Tensor:
@@ -238,114 +218,6 @@ def explicit_columns(edges: torch.Tensor, steps: ByteSteps, vocab: FlatVocab):
     e = edges.cpu().numpy().astype(np.int64, copy=False).reshape(-1, 3)
     out = trie_walk(vocab.trie, steps.delta, steps.byte_class, e[:, 0], e[:, 1], e[:, 2])
     return tuple(torch.from_numpy(np.ascontiguousarray(x, dtype=np.int64)).to(dev) for x in out)
-
-
-def _skips(vt: ValueType, flat: np.ndarray):
-    """Run skipping: (row per sub-state [Q], skip_to [R, N+1], units per skipped byte [R]).
-
-    Row 0 skips nothing; a sub-state whose loop bytes (bytes that lead back to it, all adding the
-    same units: a value's ordinary characters) are many gets a row where skip_to[row, p] is the
-    first position >= p whose byte is not one of them.
-    """
-    N1 = len(flat)
-    row_of = np.zeros(vt.num_substates, dtype=np.int64)
-    incs = [0]
-    for q in range(vt.num_substates):
-        loop = vt.table[q] == q
-        if loop.sum() >= 8 and len(set(vt.inc[q][loop].tolist())) == 1:
-            row_of[q] = len(incs)
-            incs.append(int(vt.inc[q][loop][0]))
-    # int32 positions, each row written in place: no [R, N+1] int64 stack to copy
-    skip_to = np.empty((len(incs), N1), dtype=np.int32)
-    pos = np.arange(N1, dtype=np.int32)
-    skip_to[0] = pos
-    for q in np.flatnonzero(row_of):
-        breaks = ~(vt.table[q] == q)[flat]
-        breaks[-1] = True                                            # the pad byte
-        np.minimum.accumulate(np.where(breaks, pos, np.int32(N1))[::-1], out=skip_to[row_of[q]][::-1])
-    return row_of, skip_to, np.array(incs, dtype=np.int64)
-
-
-def _signature(vt: ValueType, vocab: FlatVocab) -> Signature:
-    """Simulated on the host in numpy (small ops on shrinking arrays: numpy's per-op cost is a
-    fraction of torch's), once per tokenizer and value type."""
-    dev = vocab.flat.device
-    V, Q = len(vocab), vt.num_substates
-    flat = vocab.flat_np
-    offset, lengths = (x.cpu().numpy() for x in (vocab.offset, vocab.lengths))
-    table, inc, accept = vt.table.reshape(-1), vt.inc.reshape(-1), vt.accept
-    # live (start sub-state, token) pairs, one column each: rows pid (q * V + t), sub-state, units,
-    # read pointer, bytes left, token start (one array, so that dropping pairs is one op); a pair
-    # can only live past its first byte if the sub-state takes that byte or may end there
-    first = flat[offset]
-    alive = ((vt.table[:, first] >= 0) | accept[:, None]) & (lengths > 0)[None, :]     # [Q, V]
-    q_all, t_all = np.nonzero(alive)
-    off = offset[t_all]
-    st = np.stack([q_all * V + t_all, q_all, np.zeros_like(q_all), off, lengths[t_all], off])
-    PID, CUR, K, PTR, LEFT, START = range(6)
-    done = []                                                    # [5, n] blocks: pid, code, units, q, pos
-    skip_row, skip_to, skip_inc = _skips(vt, flat)
-
-    def finish(sel, code, pos):
-        done.append(np.stack([st[PID, sel], np.full(int(sel.sum()), code), st[K, sel], st[CUR, sel], pos]))
-    while st.shape[1]:
-        # a run of bytes that loop on the sub-state (a value's ordinary characters) in one step
-        row = skip_row[st[CUR]]
-        j = np.minimum(skip_to[row, st[PTR]], st[PTR] + st[LEFT])
-        d = j - st[PTR]
-        st[K] += d * skip_inc[row]
-        st[PTR] = j
-        st[LEFT] -= d
-        ended = st[LEFT] == 0
-        if ended.any():
-            finish(ended, STAYS, np.full(int(ended.sum()), -1))
-            st = st[:, ~ended]
-            if not st.shape[1]:
-                break
-        cell = st[CUR] * 256 + flat[st[PTR]]
-        nq = table[cell]
-        stops = accept[st[CUR]] & (nq < 0)                      # ends the value here (if what follows takes b)
-        if stops.any():
-            finish(stops, STOPS, st[PTR, stops] - st[START, stops])
-        go = nq >= 0
-        st[CUR] = nq
-        st[K] += inc[cell]
-        st[PTR] += 1
-        st[LEFT] -= 1
-        st = st[:, go]
-        ended = st[LEFT] == 0
-        if ended.any():
-            finish(ended, STAYS, np.full(int(ended.sum()), -1))
-            st = st[:, ~ended]
-    # Dense [Q, V] fields from the sparse outcomes, on the host: a cell no pair reached died.
-    pid, code, units_f, q_f, pos_f = np.concatenate(done, 1) if done else np.zeros((5, 0), dtype=np.int64)
-
-    def spread(values: np.ndarray, fill: int) -> np.ndarray:
-        a = np.full(Q * V, fill, dtype=np.int64)
-        a[pid] = values
-        return a.reshape(Q, V)
-    out, units, q_end = spread(code, DIES), spread(units_f, 0), spread(q_f, -1)
-    # the distinct (token, stop position) events
-    stop = code == STOPS
-    qi, ti = np.divmod(pid[stop], V)
-    uniq, ev_index = np.unique(ti * (vocab.max_len + 1) + pos_f[stop], return_inverse=True)
-    ev_of = np.full(Q * V, -1, dtype=np.int64)
-    ev_of[pid[stop]] = ev_index
-    stop_cells = np.sort(pid[stop])
-    stop_q, stop_t = (torch.from_numpy(x).to(dev) for x in np.divmod(stop_cells, V))
-    stop_ev = torch.from_numpy(ev_of[stop_cells]).to(dev)
-    ev_tok, ev_pos = (torch.from_numpy(x).to(dev) for x in np.divmod(uniq, vocab.max_len + 1))
-    ev_byte = vocab.flat[vocab.offset[ev_tok] + ev_pos]
-    # one number per (token, sub-state): outcome, units, end sub-state, stop position; 0 for a
-    # cell that dies, so only the reached cells are written, straight into [V, Q] order
-    L = vocab.max_len + 2
-    packed = np.zeros(V * Q, dtype=np.int64)
-    packed[(pid % V) * Q + pid // V] = ((code * L + units_f) * (Q + 1) + q_f + 1) * L + pos_f + 1
-    sig_id = classes_of(torch.from_numpy(packed.reshape(V, Q)).to(dev))[0]
-    reach = units.max(1, initial=0)                  # units are 0 where a token dies
-    out, units, q_end, ev_of, reach = (torch.from_numpy(x).to(dev) for x in (out, units, q_end, ev_of.reshape(Q, V),
-                                                                             reach))
-    return Signature(out, units, q_end, ev_of, ev_tok, ev_pos, ev_byte, sig_id, reach, stop_q, stop_t, stop_ev)
 
 
 def after_stops(sig: Signature, blocks: list, steps: ByteSteps, to_compact: torch.Tensor,

@@ -39,10 +39,11 @@ class VocabTrie:
 
     @classmethod
     def of(cls, token_bytes: list, flat: np.ndarray, offset: np.ndarray, lengths: np.ndarray) -> VocabTrie:
-        """From the vocabulary (token_bytes, and FlatVocab's flat bytes): the tokens sorted once by their
-        bytes, so that each level's (parent, byte) keys come sorted and equal ones adjacent (no sort per level)."""
+        """From the vocabulary (FlatVocab's flat bytes, offsets and lengths; token_bytes is not read): the tokens
+        sorted once by their bytes, so that each level's (parent, byte) keys come sorted and equal ones adjacent
+        (no sort per level)."""
         levels = []
-        order = np.asarray(sorted(range(len(token_bytes)), key=token_bytes.__getitem__), dtype=np.int64)
+        order = _byte_order(flat, offset, lengths)
         live = order[lengths[order] > 0]                      # tokens without bytes are not in the trie
         node = np.zeros(len(live), dtype=np.int64)            # each live token's prefix node so far (root: 0)
         d = 0
@@ -68,6 +69,23 @@ class VocabTrie:
         if levels:
             first[levels[0].byte] = np.arange(len(levels[0].byte))
         return cls(levels, first)
+
+
+def _byte_order(flat: np.ndarray, offset: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """int64 [V]: token ids in the order of their bytes (ties by id), as a stable sort of token_bytes would
+    give them, but for tokens that differ only by trailing zero bytes (b"a", b"a\\0"), which may come in either
+    order: the trie is the same either way (its keys are sorted level by level; tokens of equal bytes keep id order).
+
+    Each token is zero-padded to whole 8-byte words read big-endian, and the words are lexsorted: a few
+    numpy passes instead of a Python sort with a key per token (7 ms of the first compile on 32K tokens)."""
+    V = len(lengths)
+    W = max(1, (int(lengths.max(initial=0)) + 7) // 8)
+    padded = np.zeros(V * W * 8, dtype=np.uint8)
+    N = int(lengths.sum())
+    # byte j of token t goes to t * 8W + j: its flat index shifted by the token's start in each layout
+    padded[np.arange(N) + np.repeat(np.arange(V) * (W * 8) - offset, lengths)] = flat[:N] if N else flat[:0]
+    words = padded.view(">u8").reshape(V, W).astype(np.uint64)      # native order: numpy compares faster
+    return np.lexsort(words.T[::-1]).astype(np.int64, copy=False)    # last key first: word 0 decides first
 
 
 def _spread(at: np.ndarray, n: np.ndarray) -> np.ndarray:

@@ -24,7 +24,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .classes import classes_of, column_classes, first_of_each, in_first_use_order, pair_key, sparse_classes
+from .classes import (
+    classes_of,
+    column_classes,
+    first_of_each,
+    in_first_use_order,
+    pair_key,
+    sparse_classes,
+    unique_inverse,
+)
 
 _WEIGHT_BITS = 20
 
@@ -86,7 +94,7 @@ class RowParts:
         h[:Su].index_add_(0, e_item, w.index_select(0, e_col) * (e_code + 1)[:, None])
         if Rd:
             h[Su:] = _dense_dot(self.dense, wd, exact=bound < (1 << 52))
-        _, cls = torch.unique(pair_key(h[:, 0], h[:, 1], bound), return_inverse=True)
+        cls = unique_inverse(pair_key(h[:, 0], h[:, 1], bound))
         rep = first_of_each(cls)
         shared = torch.nonzero(torch.bincount(cls, minlength=len(rep))[cls] > 1).flatten()
         if len(shared):
@@ -143,7 +151,7 @@ class RowParts:
         dkey = column_classes(self.dense)[0].index_select(0, self.spread) if Rd else \
             torch.zeros(C, dtype=torch.int64, device=dev)
         skey = sparse_classes(e_col, e_item, e_code, C)
-        _, merged = torch.unique(dkey * (int(skey.max()) + 1) + skey, return_inverse=True)   # [C]
+        merged = unique_inverse(dkey * (int(skey.max()) + 1) + skey)                        # [C]
         out_class, cls_order = in_first_use_order(merged.index_select(0, token_class))
         new_of_merged = torch.empty_like(cls_order)
         new_of_merged[cls_order] = torch.arange(len(cls_order), device=dev)
