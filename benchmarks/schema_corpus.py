@@ -344,6 +344,34 @@ def print_table(summary: dict) -> None:
               f"{total['relaxed_invalid']} finished values invalid (the run's validation reports those)")
 
 
+def targets(records: dict[str, list[dict]]) -> dict:
+    """Issue 29's targets over every schema that compiled: time median <= 20 ms, p90 <= 250 ms, max <= 5 s; device
+    bytes median <= 1 MB, max <= 32 MB; every schema xgrammar compiles in under 1 s takes at most 2 s here."""
+    ok = [(s, r) for s, recs in records.items() for r in recs if "seconds" in r]
+    if not ok:
+        return {}
+    t, b = _stats([r["seconds"] for _, r in ok]), _stats([r["nbytes"] for _, r in ok])
+    fast_peer = [(s, r) for s, recs in records.items() for r in recs
+                 if "seconds" in r.get("xgr", {}) and r["xgr"]["seconds"] < 1.0]
+    slow = [f"{s}/{r['file']} {r['seconds']:.1f} s" if "seconds" in r else f"{s}/{r['file']} refused"
+            for s, r in fast_peer if r.get("seconds", float("inf")) > 2.0]
+    return {"time": t, "bytes": b, "over_5s": sum(r["seconds"] > 5 for _, r in ok),
+            "over_32MB": sum(r["nbytes"] > 32e6 for _, r in ok), "xgr_under_1s": len(fast_peer),
+            "of_them_over_2s": slow}
+
+
+def print_targets(got: dict) -> None:
+    if not got:
+        return
+    t, b = got["time"], got["bytes"]
+    print(f"targets (issue 29): compile median {t['median'] * 1e3:.1f} ms (<= 20), p90 {t['p90'] * 1e3:.0f} ms "
+          f"(<= 250), max {t['max']:.2f} s (<= 5; {got['over_5s']} over); bytes median {b['median'] / 1e6:.2f} MB "
+          f"(<= 1), max {b['max'] / 1e6:.0f} MB (<= 32; {got['over_32MB']} over)")
+    if got["xgr_under_1s"]:
+        print(f"  of the {got['xgr_under_1s']} schemas xgrammar compiles in under 1 s, {len(got['of_them_over_2s'])} "
+              f"take more than 2 s here (or are refused): {', '.join(got['of_them_over_2s'][:8]) or 'none'}")
+
+
 def refusals(records: dict[str, list[dict]], top: int = 12) -> list[tuple[str, int]]:
     """The commonest refusal lines (their text up to the first quote or pointer, so alike ones count together)."""
     counts: dict[str, int] = {}
@@ -421,6 +449,8 @@ def main(argv=None) -> int:
         worker.close()
     summary = summarise(records)
     print_table(summary)
+    goals = targets(records)
+    print_targets(goals)
     print("commonest refusals:")
     for line, n in refusals(records):
         print(f"  {n:>4}  {line}")
@@ -428,7 +458,7 @@ def main(argv=None) -> int:
            for w in r.get("walks", []) if w["disagree"]]
     for s, f, w in bad[:10]:
         print(f"  disagreement {s}/{f} after {w['after'][-40:]!r}: we allow {w['tokens']}")
-    out = {"notes": notes, "summary": summary, "records": records}
+    out = {"notes": notes, "summary": summary, "targets": goals, "records": records}
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
         print(f"JSON written to {args.json}")
