@@ -290,3 +290,26 @@ def test_the_validator_reads_any_number_the_grammar_writes():
     assert check(loads("-1.5e-" + "9" * 30), {"type": "number", "not": {"minimum": 0}}) is None
     assert check(loads("7" * 5000), {"type": "integer", "minimum": 0}) is None
     assert check(loads("-" + "7" * 5000), {"type": "integer", "minimum": 0}) is not None
+
+
+def test_time_fractions_take_any_length_and_fit_a_max_length():
+    """A time's fraction has no cap; with maxLength, as many digits as fit before each offset (exact)."""
+    from batchmask.schema.nodes import node_accepts
+
+    def takes(schema: dict, text: str) -> bool:
+        return node_accepts(schema_node(schema), json.dumps(text).encode())
+    free = {"type": "string", "format": "date-time"}
+    assert takes(free, "2024-02-29T12:00:00." + "9" * 40 + "Z") and takes(free, "2024-02-29T23:59:59.5+01:00")
+    fit = {"type": "string", "format": "time", "maxLength": 18}
+    for frac in range(12):
+        for offset in ("Z", "+01:30"):
+            text = "12:34:56" + ("." + "7" * frac if frac else "") + offset
+            assert takes(fit, text) == (len(text) <= 18 and V(fit, format_checker=V.FORMAT_CHECKER).is_valid(text))
+
+
+def test_a_schema_task_reads_an_integer_past_pythons_limit():
+    from batchmask.run.schema_task import SchemaTask
+    task = SchemaTask({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}, "required": ["n"]})
+    value, reason = task.parse('{"n":' + "7" * 5000 + "}")
+    assert reason is None and value == {"n": Decimal("7" * 5000)}
+    assert task.parse('{"n":-' + "7" * 5000 + "}")[0] is None

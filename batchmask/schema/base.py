@@ -89,11 +89,11 @@ class SchemaOptions:
 
     max_string_length   maxLength of a string without one (a larger minLength wins); None:  None
                         no cap (a value block whose count stops once minLength is met)
-    int_digits          digits of an integer (or a number's integer part) on a side without a  None
-                        bound; None: no cap (a loop of digits)
-    fraction_digits     digits after the point in numbers and in times' fractions; None: no   None
-                        cap (a time within maxLength: what fits)
-    exponent_digits     exponent digits of numbers without any bound (bounded: no exponent);  None
+    int_digits          digits of an integer (or a number's integer part) on a side without None
+                        a bound; None: no cap (a loop of digits)
+    fraction_digits     digits after the point in numbers and in times' fractions; None:    None
+                        no cap (a time within maxLength: what fits)
+    exponent_digits     exponent digits of numbers without any bound (bounded: none);       None
                         None: no cap
     max_items           maxItems of an array without one (a larger minItems wins); entries   None
                         of a map (additionalProperties a schema, no properties); None: no
