@@ -9,12 +9,13 @@ that the two languages are the same: every object `additionalProperties: false`,
 (SchemaOptions.max_string_length, max_items) written as maxLength/maxItems, pattern repetitions capped
 at SchemaOptions.repeat_cap (docs/json-schema.md), and each `format`
 written as the exact RFC 3339 / RFC 4122 regex that jsonschema's format checker accepts (leap
-years, no second 60, no year 0; time fractions up to SchemaOptions.fraction_digits digits):
+years, no second 60, no year 0; time fractions of any length, or up to SchemaOptions.fraction_digits digits):
 llguidance's own format regexes are looser than jsonschema's.
 
 Exceptions, each in a number state and each named where it is checked:
-  NUMBER_CAPS        a token llguidance allows whose number runs past our documented digit caps
-                     (integer, fraction and exponent digits; bounded numbers have no exponent);
+  NUMBER_CAPS        a token llguidance allows whose number runs past a digit cap the options set
+                     (integer, fraction and exponent digits; none by default), or spells an exponent
+                     in a bounded number (which has none);
   NEGATIVE_ZERO      a token llguidance allows that spells -0, -0.0, ... (docs/json-schema.md: bounded
                      numbers never write negative zero);
   LLG_NUMBER_RANGES  a token we allow that llguidance 1.9.1's bounded-number regexes refuse although the
@@ -127,8 +128,8 @@ _DATE = (rf"(?:{_YEAR}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469
          rf"|02-(?:0[1-9]|1[0-9]|2[0-8]))|{_LEAP}-02-29)")
 
 
-def _time(frac: int) -> str:
-    fraction = rf"(?:\.[0-9]{{1,{frac}}})?" if frac > 0 else ""
+def _time(frac: int | None) -> str:
+    fraction = r"(?:\.[0-9]+)?" if frac is None else rf"(?:\.[0-9]{{1,{frac}}})?" if frac > 0 else ""
     return rf"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]{fraction}(?:[zZ]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
 
 
@@ -378,12 +379,17 @@ def number_caps_exceeded(text: bytes, token: bytes, options, exponent_here: bool
     if not j or not m or m.end() < len(run):
         return False
     int_digits, frac, e, exp = m.group(1), m.group(2) or b"", m.group(3), m.group(4) or b""
-    if len(int_digits) > options.int_digits or len(frac) > options.fraction_digits:
+    if _over(int_digits, options.int_digits) or _over(frac, options.fraction_digits):
         return True
     if e is None:
         return False
     started = bool(_NUMBER.match(text[i:]).group(3))        # the marker was already written (we allowed it)
-    return len(exp) > options.exponent_digits or (not started and not exponent_here)
+    return _over(exp, options.exponent_digits) or (not started and not exponent_here)
+
+
+def _over(digits: bytes, cap: int | None) -> bool:
+    """More digits than a cap that is set (None, the default: no cap)."""
+    return cap is not None and len(digits) > cap
 
 
 def _number_run(text: bytes, token: bytes) -> bytes | None:
@@ -575,3 +581,8 @@ def test_number_caps_exception_is_narrow():
     assert number_caps_exceeded(b'{"a":1', b"e5", opts, exponent_here=False)     # a bounded number: no exponent
     assert not number_caps_exceeded(b'{"a":1', b"e5", opts, exponent_here=True)
     assert number_caps_exceeded(b'{"a":1e5', b"5", opts)                          # past exponent_digits
+    free = SimpleNamespace(int_digits=None, fraction_digits=None, exponent_digits=None)   # the defaults: no cap
+    assert not number_caps_exceeded(b'{"a":' + b"1" * 40, b"1234", free)
+    assert not number_caps_exceeded(b'{"a":1.' + b"5" * 40, b"55", free)
+    assert not number_caps_exceeded(b'{"a":1e' + b"5" * 40, b"5", free)
+    assert number_caps_exceeded(b'{"a":1', b"e5", free, exponent_here=False)

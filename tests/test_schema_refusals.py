@@ -169,10 +169,12 @@ def test_unsatisfiable_schemas_say_so():
     ({"type": "integer", "exclusiveMinimum": 1, "exclusiveMaximum": 2}, "no integer lies within (1, 2)"),
 ])
 def test_an_empty_number_range_says_whether_the_digit_caps_or_the_bounds_empty_it(schema, says):
+    capped = SchemaOptions(int_digits=15, fraction_digits=6)
     with pytest.raises(SchemaError, match=re.escape(says)):
-        schema_node(schema)
+        schema_node(schema, capped if "fraction" in says else SchemaOptions())
     if "fraction" in says:                              # the advice works: more digits reach into the range
-        assert schema_node(schema, SchemaOptions(fraction_digits=9)) is not None
+        assert schema_node(schema, SchemaOptions(int_digits=15, fraction_digits=9)) is not None
+        assert schema_node(schema) is not None          # and no cap (the default) reaches every range
 
 
 def test_annotations_are_ignored():

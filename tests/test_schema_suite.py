@@ -273,8 +273,6 @@ def narrowing(key: tuple, schema, data, g, done: int) -> str | None:
             return "format asserted (2020-12 reads it as an annotation)"
     elif fmt in ("time", "date-time") and re.search(r":60(?:[.Zz+-]|$)", data):
         return "time: no leap second"
-    elif fmt in ("time", "date-time") and re.search(r"\.[0-9]{7,}", data):
-        return "time: fraction_digits 6"
     elif fmt in ("hostname", "email", "uri"):
         return f"format {fmt} narrowed (a practical subset)"
     if isinstance(schema, dict) and "prefixItems" in schema and "items" not in schema and isinstance(data, list) \

@@ -120,3 +120,15 @@ def test_an_enum_beside_a_free_string_is_the_free_string():
     check(short, "a much longer value")
     check(short, "abc")
     assert not accepted(short, '"abcd"')
+
+
+def test_numbers_take_any_number_of_digits():
+    """No digit cap (int_digits, fraction_digits, exponent_digits None): 40-digit values through the table."""
+    check({"type": "integer", "minimum": 0}, 10 ** 40 + 7)
+    check({"type": "array", "items": {"type": "integer", "maximum": -3}}, [-(10 ** 39), -3, -4])
+    assert not accepted({"type": "integer", "minimum": 0}, "-" + "9" * 40)
+    s = {"type": "number", "minimum": 1.5}
+    assert accepted(s, "1.5" + "0" * 40 + "1") and accepted(s, "9" * 40 + "." + "1" * 40)
+    assert not accepted(s, "1.4" + "9" * 40)
+    assert accepted({"type": "number"}, "-12345678901234567890123.25e-1234567890")
+    assert not accepted({"type": "integer"}, "1234", int_digits=3)

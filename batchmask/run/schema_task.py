@@ -83,7 +83,10 @@ class SchemaTask:
         reason = check(value, self.schema)
         if reason:
             return None, f"schema: at {reason}"
-        return json.loads(text), None
+        try:
+            return json.loads(text), None
+        except ValueError:              # an integer past Python's 4300-digit limit (no digit cap): the exact value
+            return value, None
 
     def __repr__(self) -> str:
         return f"SchemaTask({self.text[:60]})"

@@ -85,16 +85,21 @@ FORMAT_BUDGET = 256      # characters of a narrowed format's value (hostname, em
 NULLABLE_REPEATS = 16    # repeats of a pattern's *, + or {m,} whose item may be empty (a loop needs one that is not)
 
 
+_OPTIONAL = ("max_string_length", "int_digits", "fraction_digits", "exponent_digits", "max_items", "repeat_cap")
+
+
 @dataclass(frozen=True)
 class SchemaOptions:
     """Caps that keep every value bounded (docs/json-schema.md has the table).
 
     max_string_length   maxLength of a string without one (a larger minLength wins); None:  None
                         no cap (a value block whose count stops once minLength is met)
-    int_digits          digits of an integer (or a number's integer part) on a side without a
-                        bound: an unbounded integer is -(10^15-1) .. 10^15-1                  15
-    fraction_digits     digits after the point in numbers and in times' fractions             6
-    exponent_digits     exponent digits of numbers without any bound (bounded: no exponent)  2
+    int_digits          digits of an integer (or a number's integer part) on a side without None
+                        a bound; None: no cap (a loop of digits)
+    fraction_digits     digits after the point in numbers and in times' fractions; None:    None
+                        no cap (a time within maxLength: what fits)
+    exponent_digits     exponent digits of numbers without any bound (bounded: none);       None
+                        None: no cap
     max_items           maxItems of an array without one (a larger minItems wins); entries   None
                         of a map (additionalProperties a schema, no properties); None: no
                         cap (a loop: the token ceiling bounds the value)
@@ -115,9 +120,9 @@ class SchemaOptions:
                         validates each finished value against the schema (jsonschema)
     """
     max_string_length: int | None = None
-    int_digits: int = 15
-    fraction_digits: int = 6
-    exponent_digits: int = 2
+    int_digits: int | None = None
+    fraction_digits: int | None = None
+    exponent_digits: int | None = None
     max_items: int | None = None
     max_depth: int = 32
     recursion_depth: int = 8
@@ -132,7 +137,7 @@ class SchemaOptions:
         for name, low in (("max_string_length", 0), ("int_digits", 1), ("fraction_digits", 0),
                           ("exponent_digits", 0), ("max_items", 0), ("max_depth", 1), ("recursion_depth", 1),
                           ("ref_depth", 1), ("repeat_cap", 1), ("any_depth", 0)):
-            v, optional = getattr(self, name), name in ("max_items", "max_string_length", "repeat_cap")
+            v, optional = getattr(self, name), name in _OPTIONAL
             if v is None and optional:
                 continue
             if not isinstance(v, int) or isinstance(v, bool) or v < low:

@@ -1,13 +1,20 @@
 """Integer and number nodes: exact ranges as digit automata.
 
 A range of integers written in decimal without leading zeros is a regular language: split it by
-digit count, and each fixed-width range by its first differing digit (`lex_range`). Bounds are
-exact Fractions (JSON floats are binary, compared exactly, as jsonschema compares them).
+digit count, and each fixed-width range by its first differing digit (`lex_range`). A side the
+schema leaves open is a loop: naturals from lo are lo's own digit count (a fixed-width range) or
+any longer string, `[1-9][0-9]{d,}`. Bounds are exact Fractions (JSON floats are read as the
+decimal they were written as, so every bound is a finite decimal).
 
-Numbers with a bound are written without an exponent: a value with k fraction digits is an
-integer N = value * 10^k, so "lo <= value <= hi" is "ceil(lo * 10^k) <= N <= floor(hi * 10^k)", a
-range of integers rendered with a point k digits from the right; the language is the union over
-k = 0 .. fraction_digits. Without any bound a number is JSON's number syntax within the caps.
+Numbers with a bound are written without an exponent, as a sign, an integer part I and an
+optional fraction F: the value I.F lies within lo..hi iff I lies strictly between the bounds'
+integer parts (any fraction), or I is a bound's integer part and F compares with that bound's
+fraction digits as the bound asks (`_fraction`: digit by digit, any digits once one differs).
+Trailing zeros are allowed (`1.50`). Without any bound a number is JSON's number syntax.
+
+Caps (SchemaOptions; None by default, no cap): int_digits bounds an open side at 10^int_digits
+(exclusive); fraction_digits bounds F's length; exponent_digits the exponent of a number without
+any bound.
 
 Minus zero (JSON allows it; jsonschema reads it as 0), as llguidance writes it: an integer schema with
 both bounds or neither admits "-0" when its range holds 0 and a negative value; one with a single bound
@@ -19,9 +26,11 @@ from fractions import Fraction
 from math import ceil, floor
 
 from ..grammar.nodes import Node, Repeat
-from .nodes import DIGIT, alt, byte_range, bytes_of, lex_range, lit, opt, seq
+from .nodes import DIGIT, EMPTY, alt, byte_range, bytes_of, lex_range, lit, opt, seq
 
 Bound = tuple[Fraction, bool]          # (value, exclusive)
+NONZERO = byte_range(0x31, 0x39)
+ZERO = bytes_of(b"0")
 
 
 def _fixed(lo: int, hi: int, width: int) -> Node:
@@ -29,8 +38,14 @@ def _fixed(lo: int, hi: int, width: int) -> Node:
     return lex_range(str(lo).zfill(width).encode(), str(hi).zfill(width).encode(), 0x30, 0x39)
 
 
-def nat_range(lo: int, hi: int) -> Node | None:
-    """Naturals lo..hi (0 <= lo) in decimal without leading zeros; None when the range is empty."""
+def nat_range(lo: int, hi: int | None) -> Node | None:
+    """Naturals lo..hi (0 <= lo; hi None: no end) in decimal without leading zeros; None when empty."""
+    if hi is None:
+        d = len(str(lo))
+        if lo <= 1 or lo == 10 ** (d - 1):                # every value of d digits or more (and 0)
+            tail = seq(NONZERO, Repeat(DIGIT, max(d - 1, 0), None))
+            return alt(lit(b"0"), tail) if lo == 0 else tail
+        return alt(nat_range(lo, 10 ** d - 1), seq(NONZERO, Repeat(DIGIT, d, None)))
     if lo > hi:
         return None
     parts, full = [], []                 # full: digit counts d >= 2 whose every value is in range
@@ -43,91 +58,138 @@ def nat_range(lo: int, hi: int) -> Node | None:
             parts.append(_fixed(a, b, d))
     if full:                             # consecutive by construction: one run of "any d digits"
         parts.insert(1 if lo < 10 ** (full[0] - 1) else 0,
-                     seq(byte_range(0x31, 0x39), Repeat(DIGIT, full[0] - 1, full[-1] - 1)))
+                     seq(NONZERO, Repeat(DIGIT, full[0] - 1, full[-1] - 1)))
     return alt(*parts)
 
 
-def int_range(lo: int, hi: int, minus_zero: bool = True) -> Node | None:
-    """Integers lo..hi; with minus_zero, "-0" too when lo < 0 <= hi (see the module docstring)."""
-    if lo > hi:
+def int_range(lo: int | None, hi: int | None, minus_zero: bool = True) -> Node | None:
+    """Integers lo..hi (None: that side open); with minus_zero, "-0" too when lo < 0 <= hi (see the module
+    docstring). None when the range is empty."""
+    if lo is not None and hi is not None and lo > hi:
         return None
     parts = []
-    if lo < 0:
-        neg = nat_range(max(1, -hi), -lo)
-        parts.append(seq(lit(b"-"), alt(neg, lit(b"0")) if hi >= 0 and minus_zero else neg))
-    if hi >= 0:
-        parts.append(nat_range(max(0, lo), hi))
+    if lo is None or lo < 0:
+        neg = nat_range(1 if hi is None else max(1, -hi), None if lo is None else -lo)
+        zero = (hi is None or hi >= 0) and minus_zero
+        parts.append(seq(lit(b"-"), alt(neg, lit(b"0")) if zero else neg))
+    if hi is None or hi >= 0:
+        parts.append(nat_range(0 if lo is None else max(0, lo), hi))
     return alt(*parts)
 
 
-def _point_range(lo: int, hi: int, k: int) -> Node | None:
-    """Magnitudes N in lo..hi (0 <= lo) written as N / 10^k with exactly k fraction digits."""
-    if lo > hi:
-        return None
-    if k == 0:
-        return nat_range(lo, hi)
-    s = 10 ** k
-    (ia, fa), (ib, fb) = divmod(lo, s), divmod(hi, s)
-    if ia == ib:
-        return seq(lit(f"{ia}."), _fixed(fa, fb, k))
-    parts = []
-    mid_lo, mid_hi = ia + 1, ib - 1
-    if fa == 0:
-        mid_lo = ia
-    else:
-        parts.append(seq(lit(f"{ia}."), _fixed(fa, s - 1, k)))
-    if fb == s - 1:
-        mid_hi = ib
-    middle = nat_range(mid_lo, mid_hi)
-    if middle is not None:
-        parts.append(seq(middle, lit(b"."), Repeat(DIGIT, k, k)))
-    if fb != s - 1:
-        parts.append(seq(lit(f"{ib}."), _fixed(0, fb, k)))
-    return alt(*parts)
-
-
-def _scaled_bounds(low: Bound | None, high: Bound | None, k: int, int_digits: int) -> tuple[int, int]:
-    """The N range (value * 10^k) for k fraction digits; an absent side is capped at int_digits."""
-    s = 10 ** k
-    cap = 10 ** (int_digits + k) - 1
-    if low is None:
-        a = -cap
-    else:
-        v = low[0] * s
-        a = floor(v) + 1 if low[1] else ceil(v)
-    if high is None:
-        b = cap
-    else:
-        v = high[0] * s
-        b = ceil(v) - 1 if high[1] else floor(v)
-    return a, b
-
-
-def integer_node(low: Bound | None, high: Bound | None, int_digits: int) -> Node | None:
-    """Integers within the bounds; an absent side reaches int_digits digits. None when empty."""
-    a, b = _scaled_bounds(low, high, 0, int_digits)
+def integer_node(low: Bound | None, high: Bound | None, int_digits: int | None = None) -> Node | None:
+    """Integers within the bounds; an absent side is open, or reaches int_digits digits. None when empty."""
+    a = None if low is None else floor(low[0]) + 1 if low[1] else ceil(low[0])
+    b = None if high is None else ceil(high[0]) - 1 if high[1] else floor(high[0])
+    if int_digits is not None:
+        a = -(10 ** int_digits - 1) if a is None else a
+        b = 10 ** int_digits - 1 if b is None else b
     return int_range(a, b, minus_zero=(low is None) == (high is None))
 
 
-def number_node(low: Bound | None, high: Bound | None, int_digits: int, fraction_digits: int,
-                exponent_digits: int) -> Node | None:
+# --- numbers with a bound ---------------------------------------------------------------------------
+def _split(x: Fraction) -> tuple[int, str]:
+    """A nonnegative finite decimal as (integer part, fraction digits without trailing zeros)."""
+    d, twos, fives = x.denominator, 0, 0
+    while d % 2 == 0:
+        d, twos = d // 2, twos + 1
+    while d % 5 == 0:
+        d, fives = d // 5, fives + 1
+    if d != 1:
+        raise ValueError(f"bound {x} is not a finite decimal")
+    k = max(twos, fives)
+    whole, frac = divmod(x.numerator * 10 ** k // x.denominator, 10 ** k)
+    return whole, (str(frac).zfill(k) if k else "").rstrip("0")
+
+
+def _fraction(a: str | None, a_ex: bool, b: str | None, b_ex: bool, room: int | None,
+              nonempty: bool) -> Node | None:
+    """Digit strings F (at most `room` long, None: any; at least one digit if `nonempty`) with 0.a < 0.F
+    (a_ex; else <=) and 0.F < 0.b (b_ex; else <=). a, b: fraction digits without trailing zeros ("" is 0),
+    0.a <= 0.b; None: no bound on that side. None when no string fits."""
+    if a == "" and not a_ex:
+        a = None                                          # 0.F >= 0 always
+    least = 1 if nonempty else 0
+    if room is not None and room < least:
+        return None
+    if b == "":                                           # 0.F <= 0: zeros only
+        return None if b_ex or a is not None else Repeat(ZERO, least, room)
+    if a is None and b is None:
+        return Repeat(DIGIT, least, room)
+    if a == "" and b is None and room is None:            # 0.F > 0: some digit not 0
+        return seq(Repeat(ZERO, 0, None), NONZERO, Repeat(DIGIT, 0, None))
+    parts = [EMPTY] if not nonempty and a is None else []  # F empty: 0, above no lower bound here
+    if room == 0:
+        return alt(*parts) if parts else None
+    rest = None if room is None else room - 1
+    a1 = int(a[0]) if a else 0
+    b1 = int(b[0]) if b is not None else 9
+    if a is not None and b is not None and a1 == b1:
+        parts.append(_then(a1, _fraction(a[1:], a_ex, b[1:], b_ex, rest, False)))
+    else:
+        if a is not None:
+            parts.append(_then(a1, _fraction(a[1:], a_ex, None, False, rest, False)))
+        free_lo, free_hi = a1 + 1 if a is not None else 0, b1 - 1 if b is not None else 9
+        if free_lo <= free_hi:
+            parts.append(seq(byte_range(0x30 + free_lo, 0x30 + free_hi), Repeat(DIGIT, 0, rest)))
+        if b is not None:
+            parts.append(_then(b1, _fraction(None, False, b[1:], b_ex, rest, False)))
+    parts = [p for p in parts if p is not None]
+    return alt(*parts) if parts else None
+
+
+def _then(digit: int, rest: Node | None) -> Node | None:
+    return None if rest is None else seq(lit(str(digit)), rest)
+
+
+def _point(a: str | None, a_ex: bool, b: str | None, b_ex: bool, room: int | None) -> Node | None:
+    """Nothing (the fraction 0) or "." and a nonempty fraction F, as `_fraction` compares it."""
+    zero = (a is None or (a == "" and not a_ex)) and not (b == "" and b_ex)
+    f = _fraction(a, a_ex, b, b_ex, room, True)
+    parts = ([EMPTY] if zero else []) + ([seq(lit(b"."), f)] if f is not None else [])
+    return alt(*parts) if parts else None
+
+
+def _magnitude(lo: Bound, hi: Bound | None, room: int | None) -> Node | None:
+    """Nonnegative decimals I[.F] (I without leading zeros, F at most `room` digits) within lo..hi."""
+    if hi is not None and (lo[0] > hi[0] or (lo[0] == hi[0] and (lo[1] or hi[1]))):
+        return None
+    li, lf = _split(lo[0])
+    hi_i, hf = _split(hi[0]) if hi is not None else (None, None)
+    if li == hi_i:
+        parts = [_then(li, _point(lf, lo[1], hf, hi[1], room))]
+    else:
+        middle = nat_range(li + 1, None if hi is None else hi_i - 1)
+        parts = [_then(li, _point(lf, lo[1], None, False, room)),
+                 None if middle is None else seq(middle, _point(None, False, None, False, room)),
+                 None if hi is None else _then(hi_i, _point(None, False, hf, hi[1], room))]
+    parts = [p for p in parts if p is not None]
+    return alt(*parts) if parts else None
+
+
+def number_node(low: Bound | None, high: Bound | None, int_digits: int | None = None,
+                fraction_digits: int | None = None, exponent_digits: int | None = None) -> Node | None:
     """Numbers within the bounds (module docstring); JSON's number syntax when there is no bound."""
     if low is None and high is None:
-        int_part = alt(lit(b"0"), seq(byte_range(0x31, 0x39), Repeat(DIGIT, 0, int_digits - 1)))
-        frac = opt(seq(lit(b"."), Repeat(DIGIT, 1, fraction_digits))) if fraction_digits > 0 else lit(b"")
-        exp = lit(b"")
-        if exponent_digits > 0:
+        int_part = alt(lit(b"0"), seq(NONZERO, Repeat(DIGIT, 0, None if int_digits is None else int_digits - 1)))
+        frac = opt(seq(lit(b"."), Repeat(DIGIT, 1, fraction_digits))) if fraction_digits != 0 else EMPTY
+        exp = EMPTY
+        if exponent_digits != 0:
             exp = opt(seq(bytes_of(b"eE"), opt(bytes_of(b"+-")), Repeat(DIGIT, 1, exponent_digits)))
         return seq(opt(lit(b"-")), int_part, frac, exp)
+    if int_digits is not None:                            # an open side reaches int_digits integer digits
+        cap = Fraction(10 ** int_digits)
+        low = (-cap, True) if low is None else low
+        high = (cap, True) if high is None else high
+    zero = Fraction(0)
     parts = []
-    for k in range(fraction_digits + 1):
-        a, b = _scaled_bounds(low, high, k, int_digits)
-        if a < 0:
-            neg = _point_range(max(1, -b), -a, k)
-            if neg is not None:
-                parts.append(seq(lit(b"-"), neg))
-        if b >= 0:
-            pos = _point_range(max(0, a), b, k)
-            if pos is not None:
-                parts.append(pos)
+    if low is None or low[0] < 0:                         # "-" and a magnitude above 0 (never "-0")
+        m_lo = (-high[0], high[1]) if high is not None and high[0] < 0 else (zero, True)
+        neg = _magnitude(m_lo, None if low is None else (-low[0], low[1]), fraction_digits)
+        if neg is not None:
+            parts.append(seq(lit(b"-"), neg))
+    if high is None or high[0] >= 0:
+        pos = _magnitude(low if low is not None and low[0] >= 0 else (zero, False), high, fraction_digits)
+        if pos is not None:
+            parts.append(pos)
     return alt(*parts) if parts else None

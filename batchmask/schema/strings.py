@@ -10,7 +10,7 @@ continuation bytes of one encoded length are "digits" 0x80..0xBF). Surrogates ar
 Formats (RFC 3339 and RFC 4122, as jsonschema's format checker reads them):
     date       YYYY-MM-DD, year 0001-9999, the exact days of each month, 29 February only in leap years
     time       HH:MM:SS[.frac](Z|+HH:MM|-HH:MM), hours 00-23, seconds 00-59 (no leap second: the checker
-               refuses 60), 1..fraction_digits fraction digits, 'Z' or 'z'
+               refuses 60), fraction digits of any length (or 1..fraction_digits), 'Z' or 'z'
     date-time  date, 'T' or 't', time
     uuid       8-4-4-4-12 hex digits, either case
     ipv4, hostname, email, uri: batchmask/schema/formats_net.py
@@ -119,10 +119,24 @@ def date_node() -> Node:
         seq(leap, lit(b"-02-29")))
 
 
-def time_node(fraction_digits: int) -> Node:
-    frac = opt(seq(lit(b"."), Repeat(DIGIT, 1, fraction_digits))) if fraction_digits > 0 else lit(b"")
-    offset = alt(bytes_of(b"Zz"), seq(bytes_of(b"+-"), _two(0, 23), lit(b":"), _two(0, 59)))
-    return seq(_two(0, 23), lit(b":"), _two(0, 59), lit(b":"), _two(0, 59), frac, offset)
+def time_node(fraction_digits: int | None, length: int | None = None) -> tuple[Node, int | None]:
+    """HH:MM:SS[.frac] and an offset, and its longest length (None: no end). Fractions have at most
+    fraction_digits digits (None: any), and with `length` (the characters a maxLength leaves the time) at most
+    what fits before each offset (Z: 1 character, +HH:MM: 6)."""
+    def frac(offset: int) -> int | None:
+        fit = None if length is None else length - 9 - offset
+        return fit if fraction_digits is None else fraction_digits if fit is None else min(fraction_digits, fit)
+
+    def point(most: int | None) -> Node:
+        return opt(seq(lit(b"."), Repeat(DIGIT, 1, most))) if most is None or most > 0 else lit(b"")
+    z, off = (None if m is None else max(m, 0) for m in (frac(1), frac(6)))
+    zone, hours = bytes_of(b"Zz"), seq(bytes_of(b"+-"), _two(0, 23), lit(b":"), _two(0, 59))
+    if z == off:
+        tail = seq(point(z), alt(zone, hours))
+    else:
+        tail = alt(seq(point(z), zone), seq(point(off), hours))
+    longest = None if z is None or off is None else max(9 + (z + 1 if z else 0), 14 + (off + 1 if off else 0))
+    return seq(_two(0, 23), lit(b":"), _two(0, 59), lit(b":"), _two(0, 59), tail), longest
 
 
 def uuid_node() -> Node:
@@ -131,19 +145,21 @@ def uuid_node() -> Node:
     return seq(groups[0], lit(b"-"), groups[1], lit(b"-"), groups[2], lit(b"-"), groups[3], lit(b"-"), groups[4])
 
 
-def format_node(name: str, fraction_digits: int, budget: int) -> tuple[Node, int, int] | None:
-    """(node, min chars, max chars) of a supported format, None for any other name; the network formats
-    fit `budget` characters (ValueError when they cannot)."""
+def format_node(name: str, fraction_digits: int | None, budget: int,
+                length: int | None = None) -> tuple[Node, int, int | None] | None:
+    """(node, min chars, max chars or None: no end) of a supported format, None for any other name; the
+    network formats fit `budget` characters (ValueError when they cannot), times' fractions `length` (the
+    string's maxLength, if any: see time_node)."""
     if name in _NET:
         return _NET[name](budget)
     if name == "date":
         return date_node(), 10, 10
     if name == "time":
-        extra = fraction_digits + 1 if fraction_digits > 0 else 0
-        return time_node(fraction_digits), 9, 14 + extra
+        node, longest = time_node(fraction_digits, length)
+        return node, 9, longest
     if name == "date-time":
-        extra = fraction_digits + 1 if fraction_digits > 0 else 0
-        return seq(date_node(), bytes_of(b"Tt"), time_node(fraction_digits)), 20, 25 + extra
+        node, longest = time_node(fraction_digits, None if length is None else length - 11)
+        return seq(date_node(), bytes_of(b"Tt"), node), 20, None if longest is None else longest + 11
     if name == "uuid":
         return uuid_node(), 36, 36
     return None

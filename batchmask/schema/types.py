@@ -57,7 +57,7 @@ def _shaped(schema: dict, ptr: str, ctx: Ctx, lo: int, hi: int, given_hi: bool) 
         name = schema["format"]
         try:
             budget = hi if hi is not None else FORMAT_BUDGET
-            built = format_node(name, o.fraction_digits, budget) if isinstance(name, str) else None
+            built = format_node(name, o.fraction_digits, budget, hi) if isinstance(name, str) else None
         except ValueError as e:
             ctx.unwritten(jp(ptr, "maxLength"), kw, f"format {name!r} cannot be written within maxLength {hi}: {e}")
         if built is None:
@@ -140,9 +140,10 @@ def _number(schema: dict, ptr: str, ctx: Ctx) -> Node:
     o = ctx.options
     node = number_node(low, high, o.int_digits, o.fraction_digits, o.exponent_digits)
     if node is None and _reals_between(low, high):     # numbers lie there, only none the digit caps can write
-        raise Empty(ptr, f"no number of at most {o.int_digits} integer and {o.fraction_digits} fraction digits "
-                         f"lies within {_range_text(low, high)} (raise SchemaOptions.fraction_digits or "
-                         f"int_digits, or widen the range)")
+        caps = " and ".join(f"{n} {what}" for n, what in ((o.int_digits, "integer"), (o.fraction_digits, "fraction"))
+                            if n is not None)
+        raise Empty(ptr, f"no number of at most {caps} digits lies within {_range_text(low, high)} (raise "
+                         f"SchemaOptions.fraction_digits or int_digits, or leave them None, or widen the range)")
     if node is None:
         raise Empty(ptr, f"no number lies within {_range_text(low, high)}")
     return node
@@ -269,9 +270,10 @@ def _object(schema: dict, ptr: str, ctx: Ctx) -> Node:
 
 
 def any_node(ctx: Ctx, depth: int) -> Node:
-    """Any JSON value, within the caps: null, true, false, a number (int_digits, fraction_digits,
-    exponent_digits), a string (max_string_length), and while `depth` > 0 (SchemaOptions.any_depth) arrays of up
-    to max_items values and maps of up to max_items free keys whose values nest one level less."""
+    """Any JSON value, within the caps: null, true, false, a number (JSON's syntax, within int_digits,
+    fraction_digits and exponent_digits if set), a string (max_string_length), and while `depth` > 0
+    (SchemaOptions.any_depth) arrays of up to max_items values and maps of up to max_items free keys whose
+    values nest one level less."""
     o = ctx.options
     scalars = [lit(b"null"), lit(b"true"), lit(b"false"),
                number_node(None, None, o.int_digits, o.fraction_digits, o.exponent_digits),

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 
 import jsonschema
 from jsonschema.exceptions import best_match
@@ -30,8 +30,22 @@ VALIDATORS_KEPT = 256           # validators kept, least recently used dropped f
 
 
 def loads(text: str):
-    """JSON with exact numbers (Decimal for every non-integer literal)."""
-    return json.loads(text, parse_float=Decimal)
+    """JSON with exact numbers (Decimal for every non-integer literal; an integer past Python's int conversion
+    limit, 4300 digits, as an integral Decimal). Numbers have no digit cap: an exponent past Decimal's range
+    (more than 18 digits) is read as +-10^17, the same side of every bound a schema writes."""
+    return json.loads(text, parse_float=_decimal, parse_int=_integer_literal)
+
+
+def _decimal(text: str) -> Decimal:
+    try:
+        return Decimal(text)
+    except InvalidOperation:
+        mantissa, _, exponent = text.replace("E", "e").partition("e")
+        return Decimal(f"{mantissa}e{'-' if exponent.startswith('-') else ''}{10 ** 17}")
+
+
+def _integer_literal(text: str):
+    return int(text) if len(text) < 4300 else Decimal(text)
 
 
 def check(value, schema, *, closed: bool = True) -> str | None:
