@@ -64,3 +64,15 @@ def test_runs_side_by_side_past_max_parallel_are_unrolled_instead():
     assert not blocks_of_runs(g)
     ref = Reference(node, True, vocab.token_bytes, (vocab.eos_id,))
     walk(g, ref, random.Random(2), 0.9, max_steps=60)
+
+
+def test_an_item_that_loops_inside_itself_is_no_run():
+    """`(\\w+\\.)+\\d+` (JSONSchemaBench Github_trivial o35155): the outer repeat's item holds a loop of its own, so
+    its sub-states cycle without completing a unit; it stays a loop of the automaton. Checked token by token through
+    the compiled table against Python's re, which defines the pattern."""
+    import re
+
+    from test_schema_unbounded import accepted
+    schema = {"type": "string", "pattern": "^(\\w+\\.)+\\d+$"}
+    for text in ("ab.c.12", "a.1", "a1", ".1", "ab.c.", "x_y.zz.0042"):
+        assert accepted(schema, '"' + text + '"') is bool(re.fullmatch(r"(\w+\.)+\d+", text, re.ASCII)), text

@@ -127,4 +127,7 @@ def _item_type(item, nfa_class, BYTE: int) -> ValueType | None:
     table = np.stack(rows)
     if int((table[0] >= 0).sum()) < RUN_MIN_BYTES:
         return None
-    return run_type(table)
+    try:
+        return run_type(table)
+    except ValueError:                                  # the item loops inside itself (`(\w+\.)+`): not a unit
+        return None
