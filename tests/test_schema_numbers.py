@@ -313,3 +313,53 @@ def test_a_schema_task_reads_an_integer_past_pythons_limit():
     value, reason = task.parse('{"n":' + "7" * 5000 + "}")
     assert reason is None and value == {"n": Decimal("7" * 5000)}
     assert task.parse('{"n":-' + "7" * 5000 + "}")[0] is None
+
+
+# --- integer multipleOf --------------------------------------------------------------------------------------
+steps = st.sampled_from([1, 2, 3, 5, 7, 10, 25, 100, 1000, 10 ** 6])
+small_bounds = st.one_of(st.none(), st.integers(-3000, 3000))
+
+
+@FAST
+@given(steps, small_bounds, st.booleans(), small_bounds, st.booleans(), st.lists(st.integers(-10 ** 8, 10 ** 8),
+                                                                                 max_size=6))
+def test_integer_multiples_are_exactly_jsonschemas(k, lo, lo_ex, hi, hi_ex, extra):
+    """multipleOf on an integer schema, written exactly where numbers.multiples_node can (a step of 1 or 10^m, or
+    at most MULTIPLES_LISTED multiples between two bounds): the automaton takes a canonical integer text iff
+    jsonschema says the value is valid. Elsewhere lenient mode reports the keyword (a superset) and strict refuses
+    it, naming it."""
+    from batchmask.schema import base
+    from batchmask.schema.base import SchemaError
+    schema = {**ranged("integer", lo, lo_ex, hi, hi_ex), "multipleOf": k}
+    values = [v for b in (lo, hi) if b is not None for v in range(b - 2 * k, b + 2 * k + 1)] + extra + [0, k, -k]
+    with base.collect() as relaxed:
+        try:
+            schema_node(schema, SchemaOptions())
+        except SchemaError as e:                           # no multiple in range: refused as such
+            assert "no value satisfies" in str(e) and not any(V(schema).is_valid(v) for v in values)
+            return
+    if relaxed:
+        assert [r.keyword for r in relaxed] == ["multipleOf"]
+        with pytest.raises(SchemaError, match="multipleOf"):
+            schema_node(schema, SchemaOptions(mode="strict"))
+        return
+    for v in values:
+        valid = V(schema).is_valid(v)
+        assert accepts(schema, str(v)) is valid, (schema, v)
+    assert not accepts(schema, "-0") or V(schema).is_valid(0)
+
+
+def test_which_integer_multiples_are_written():
+    from batchmask.schema import base
+    cases = [({"type": "integer", "multipleOf": 5, "minimum": 0, "maximum": 100}, True),
+             ({"type": "integer", "multipleOf": 100}, True),
+             ({"type": "integer", "multipleOf": 0.5, "maximum": 3}, True),          # every integer
+             ({"type": "integer", "multipleOf": 7}, False),
+             ({"type": "integer", "multipleOf": 7, "minimum": 0, "maximum": 10 ** 6}, False),
+             ({"type": "number", "multipleOf": 5, "minimum": 0, "maximum": 100}, False)]
+    for schema, exact in cases:
+        with base.collect() as relaxed:
+            schema_node(schema, SchemaOptions())
+        assert (not relaxed) is exact, schema
+    assert accepts({"type": "integer", "multipleOf": 100}, "7" * 30 + "00")
+    assert not accepts({"type": "integer", "multipleOf": 100}, "7" * 30 + "10")

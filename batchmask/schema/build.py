@@ -51,7 +51,7 @@ from .nodes import alt, lit, node_accepts, seq, without_covered_literals
 from .refs import inline_refs, ref_node, ref_with_siblings, resolve
 from .siblings import all_of_relaxed, merged_all_of, merged_branches
 from .strings import char_node, must_escape
-from .types import TYPE_BUILDERS, any_node, bounds
+from .types import TYPE_BUILDERS, any_node, bounds, writes_multiple
 
 __all__ = ["ANNOTATIONS", "SchemaError", "SchemaOptions", "canonical_schema", "json_literal", "schema_node"]
 
@@ -180,7 +180,7 @@ def alt_or_empty(options, ptr: str, message: str) -> Node:
 
 def _without_relaxed(schema: dict, ptr: str, ctx: Ctx) -> dict:
     """`schema` without the keywords it holds of REFUSED (lenient mode: each noted; strict: refused)."""
-    found = [k for k in schema if k in REFUSED]
+    found = [k for k in schema if k in REFUSED and not (k == "multipleOf" and writes_multiple(schema, ptr, ctx))]
     if not found:
         return schema
     for k in found:

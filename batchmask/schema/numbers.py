@@ -87,6 +87,50 @@ def integer_node(low: Bound | None, high: Bound | None, int_digits: int | None =
     return int_range(a, b, minus_zero=(low is None) == (high is None))
 
 
+# --- integer multipleOf ------------------------------------------------------------------------------
+MULTIPLES_LISTED = 256   # a bounded range of at most this many multiples is written as their literals
+
+
+def integer_step(k: Fraction) -> int:
+    """multipleOf k (> 0) on integers: an integer v is a multiple of p/q (lowest terms) iff p divides v."""
+    return k.numerator
+
+
+def multiples_node(low: Bound | None, high: Bound | None, step: int,
+                   int_digits: int | None = None) -> tuple[bool, Node | None]:
+    """(whether it can be written exactly, the integers within the bounds that `step` divides, None when none).
+    Written exactly: step 1 (every integer); at most MULTIPLES_LISTED multiples between two bounds (their
+    literals); a step 10^m (the integer y of y * 10^m in its own range, then m zeros). Otherwise (False, None):
+    the schema's mode decides (lenient writes the integers without the step). int_digits: as integer_node."""
+    a = None if low is None else floor(low[0]) + 1 if low[1] else ceil(low[0])
+    b = None if high is None else ceil(high[0]) - 1 if high[1] else floor(high[0])
+    if step == 1:
+        return True, integer_node(low, high, int_digits)
+    if int_digits is not None:
+        a = -(10 ** int_digits - 1) if a is None else a
+        b = 10 ** int_digits - 1 if b is None else b
+    first = None if a is None else -(-a // step) * step
+    last = None if b is None else (b // step) * step
+    if first is not None and last is not None:
+        if first > last:
+            return True, None
+        if (last - first) // step + 1 <= MULTIPLES_LISTED:
+            return True, alt(*(lit(str(v).encode()) for v in range(first, last + 1, step)))
+    zeros = len(str(step)) - 1
+    if step != 10 ** zeros:
+        return False, None
+    ya = None if first is None else first // step
+    yb = None if last is None else last // step
+    parts = []
+    if ya is None or ya < 0:                               # y < 0: "-" y's digits, then the zeros
+        parts.append(seq(int_range(ya, -1 if yb is None else min(yb, -1), minus_zero=False), lit(b"0" * zeros)))
+    if (ya is None or ya <= 0) and (yb is None or yb >= 0):
+        parts.append(lit(b"0"))
+    if yb is None or yb > 0:
+        parts.append(seq(int_range(1 if ya is None else max(ya, 1), yb), lit(b"0" * zeros)))
+    return True, alt(*parts)
+
+
 # --- numbers with a bound ---------------------------------------------------------------------------
 def _split(x: Fraction) -> tuple[int, str]:
     """A nonnegative finite decimal as (integer part, fraction digits without trailing zeros)."""

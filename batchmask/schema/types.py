@@ -11,7 +11,7 @@ from .base import FORMAT_BUDGET, ITEMS_CEILING, ITEMS_UNROLL, LENGTH_CEILING, RE
 from .base import ptr as jp
 from .json_values import exact_number
 from .nodes import alt, lit, seq, unfolds_within
-from .numbers import integer_node, number_node
+from .numbers import integer_node, integer_step, multiples_node, number_node
 from .objects import object_node
 from .regex import PatternError, pattern_node
 from .strings import DEFINED_FORMATS, FORMATS, format_node
@@ -127,8 +127,30 @@ def _range_text(low, high) -> str:
     return f"{lo}, {hi}"
 
 
+def writes_multiple(schema: dict, ptr: str, ctx: Ctx) -> bool:
+    """Whether this schema's multipleOf is written exactly (schema/numbers.multiples_node): a plain integer
+    schema (no combinator beside it) whose step and bounds the construction takes."""
+    if schema.get("type") != "integer" or any(k in schema for k in ("$ref", "anyOf", "oneOf", "allOf")):
+        return False
+    low, high = bounds(schema, ptr, ctx)
+    return multiples_node(low, high, integer_step(_multiple(schema, ptr, ctx)), ctx.options.int_digits)[0]
+
+
+def _multiple(schema: dict, ptr: str, ctx: Ctx) -> Fraction:
+    k = _bound_value(schema, "multipleOf", ptr, ctx)
+    if k <= 0:
+        ctx.fail(jp(ptr, "multipleOf"), f"'multipleOf' must be greater than 0, got {schema['multipleOf']!r}")
+    return k
+
+
 def _integer(schema: dict, ptr: str, ctx: Ctx) -> Node:
     low, high = bounds(schema, ptr, ctx)
+    if "multipleOf" in schema:                            # kept only where writes_multiple said so
+        step = integer_step(_multiple(schema, ptr, ctx))
+        node = multiples_node(low, high, step, ctx.options.int_digits)[1]
+        if node is None:
+            raise Empty(ptr, f"no multiple of {step} lies within {_range_text(low, high)}")
+        return node
     node = integer_node(low, high, ctx.options.int_digits)
     if node is None:
         raise Empty(ptr, f"no integer lies within {_range_text(low, high)}")
