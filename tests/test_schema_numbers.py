@@ -331,7 +331,9 @@ def test_integer_multiples_are_exactly_jsonschemas(k, lo, lo_ex, hi, hi_ex, extr
     from batchmask.schema import base
     from batchmask.schema.base import SchemaError
     schema = {**ranged("integer", lo, lo_ex, hi, hi_ex), "multipleOf": k}
-    values = [v for b in (lo, hi) if b is not None for v in range(b - 2 * k, b + 2 * k + 1)] + extra + [0, k, -k]
+    near = [b + j * k + d for b in (lo, hi) if b is not None for j in range(-2, 3) for d in (-1, 0, 1)]
+    near += [(b // k + j) * k + d for b in (lo, hi) if b is not None for j in range(-1, 3) for d in (-1, 0, 1)]
+    values = near + extra + [0, k, -k, k + 1, 3 * k, -3 * k]
     with base.collect() as relaxed:
         try:
             schema_node(schema, SchemaOptions())

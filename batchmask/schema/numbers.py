@@ -77,13 +77,19 @@ def int_range(lo: int | None, hi: int | None, minus_zero: bool = True) -> Node |
     return alt(*parts)
 
 
-def integer_node(low: Bound | None, high: Bound | None, int_digits: int | None = None) -> Node | None:
-    """Integers within the bounds; an absent side is open, or reaches int_digits digits. None when empty."""
+def _int_bounds(low: Bound | None, high: Bound | None, int_digits: int | None) -> tuple[int | None, int | None]:
+    """The least and greatest integers within the bounds (None: open; with int_digits, +-(10^int_digits - 1))."""
     a = None if low is None else floor(low[0]) + 1 if low[1] else ceil(low[0])
     b = None if high is None else ceil(high[0]) - 1 if high[1] else floor(high[0])
     if int_digits is not None:
         a = -(10 ** int_digits - 1) if a is None else a
         b = 10 ** int_digits - 1 if b is None else b
+    return a, b
+
+
+def integer_node(low: Bound | None, high: Bound | None, int_digits: int | None = None) -> Node | None:
+    """Integers within the bounds; an absent side is open, or reaches int_digits digits. None when empty."""
+    a, b = _int_bounds(low, high, int_digits)
     return int_range(a, b, minus_zero=(low is None) == (high is None))
 
 
@@ -102,13 +108,9 @@ def multiples_node(low: Bound | None, high: Bound | None, step: int,
     Written exactly: step 1 (every integer); at most MULTIPLES_LISTED multiples between two bounds (their
     literals); a step 10^m (the integer y of y * 10^m in its own range, then m zeros). Otherwise (False, None):
     the schema's mode decides (lenient writes the integers without the step). int_digits: as integer_node."""
-    a = None if low is None else floor(low[0]) + 1 if low[1] else ceil(low[0])
-    b = None if high is None else ceil(high[0]) - 1 if high[1] else floor(high[0])
     if step == 1:
         return True, integer_node(low, high, int_digits)
-    if int_digits is not None:
-        a = -(10 ** int_digits - 1) if a is None else a
-        b = 10 ** int_digits - 1 if b is None else b
+    a, b = _int_bounds(low, high, int_digits)
     first = None if a is None else -(-a // step) * step
     last = None if b is None else (b // step) * step
     if first is not None and last is not None:
