@@ -62,6 +62,8 @@ WALK_SCHEMAS = [
     {"type": "string", "format": "date-time"},
     {"type": "string", "format": "uuid"},
     {"type": "string", "format": "ipv4"},
+    {"type": "string", "format": "ipv6"},
+    {"type": "string", "format": "uri-reference"},
     {"type": "string", "format": "hostname"},
     {"type": "string", "format": "email", "maxLength": 40},
     {"type": "string", "format": "email"},
@@ -298,6 +300,34 @@ def test_ipv4_iff_checker(octets, pad):
     rx = compile_regex(schema_node(schema))
     s = ".".join(("0%d" if pad and i == 1 else "%d") % o for i, o in enumerate(octets))
     assert matches(rx, json_literal(s)) == valid(schema, s), s
+
+
+@FAST
+@given(st.integers(0, 2 ** 128 - 1), st.sampled_from(["compressed", "exploded", "upper", "v4"]),
+       st.text(alphabet="0123456789abcdefABCDEF:.%", max_size=24))
+def test_ipv6_iff_checker(value, form, noise):
+    """Python's ipaddress (jsonschema's checker) on its own spellings of random addresses and on random text."""
+    import ipaddress
+    schema = {"type": "string", "format": "ipv6"}
+    rx = compile_regex(schema_node(schema))
+    a = ipaddress.IPv6Address(value)
+    s = {"compressed": a.compressed, "exploded": a.exploded, "upper": a.exploded.upper(),
+         "v4": a.exploded[:30] + str(ipaddress.IPv4Address(value & 0xFFFFFFFF))}[form]
+    for text in (s, noise, s + noise):
+        assert matches(rx, json_literal(text)) == valid(schema, text), text
+
+
+@FAST
+@given(st.text(alphabet="ab:/?#%41.-_~!$&'()*+,;=@", max_size=16))
+def test_uri_reference_only_valid_ones(s):
+    """Narrowed: every text the grammar takes is valid by rfc3986-validator's URI_reference (jsonschema's checker);
+    the relative references the narrowing keeps (a path, ?query, #fragment, empty) are taken."""
+    schema = {"type": "string", "format": "uri-reference"}
+    rx = compile_regex(schema_node(schema))
+    if matches(rx, json_literal(s)):
+        assert valid(schema, s), s
+    for kept in ("", "/", "/a/b", "a/b", "?q", "#f", "a/b?c#d", "%41b", "./a", "../b", "a/b:c", "http://x.io/a"):
+        assert matches(rx, json_literal(kept)), kept
 
 
 PATTERNS = ["^[A-Z]{3}$", "^[a-z0-9_]+$", "^(\\+|-)?\\d{1,4}(\\.\\d\\d)?$", "^[^\"\\\\a]{2,5}$", "^a|b$",

@@ -1,11 +1,13 @@
 """Network formats: ipv4 (exact), hostname, email and uri (narrowed: a practical subset, every member valid).
 
     ipv4      four decimal octets 0-255 without leading zeros, as Python's ipaddress reads them: exact
+    ipv6      eight groups of 1-4 hex digits, one "::", an ipv4 tail, as Python's ipaddress reads them: exact
     hostname  1-4 dot-separated labels (up to LABEL_CAP characters) of letters, digits and inner hyphens;
               the last starts with a letter
     email     local part: dot-separated atoms of RFC 5322 atext; '@'; a hostname of 2-4 labels
     uri       http or https '://' a hostname or an ipv4 address, an optional port 1-65535, '/'-segments of
               RFC 3986 pchars (percent escapes included), an optional ?query and #fragment
+    uri-reference  a uri, or a relative reference without an authority (a path, ?query, #fragment; or empty)
 
 The narrowed formats fit a length budget (maxLength, or SchemaOptions.max_string_length without one):
 each part's repetitions are capped so that the longest member is within it. Every member is valid for
@@ -36,6 +38,29 @@ SEGMENTS = 4            # uri path segments
 def ipv4_node() -> tuple[Node, int, int]:
     octet = nat_range(0, 255)
     return seq(octet, lit(b"."), octet, lit(b"."), octet, lit(b"."), octet), 7, 15
+
+
+def ipv6_node() -> tuple[Node, int, int]:
+    """RFC 4291's text form as Python's ipaddress reads it (jsonschema's checker): eight groups of 1-4 hex digits,
+    one "::" for a run of zero groups, the last two groups as an ipv4 address if wanted; no zone. Exact."""
+    h16 = Repeat(bytes_of(_HEX), 1, 4)
+    ls32 = alt(seq(h16, lit(b":"), h16), ipv4_node()[0])
+
+    def groups(n: int, last: Node | None) -> Node:
+        """n groups, each followed by ':', then `last` (None: n groups separated by ':', no trailing ':')."""
+        if last is None:
+            return lit(b"") if n == 0 else seq(h16, *(seq(lit(b":"), h16) for _ in range(n - 1)))
+        return seq(*([seq(h16, lit(b":")) for _ in range(n)] + [last]))
+
+    def upto(k: int) -> Node:
+        """0..k groups separated by ':' (before a '::')."""
+        return alt(*(groups(n, None) for n in range(k + 1)))
+    forms = [groups(6, ls32)]
+    for after in range(5, -1, -1):                        # '::' then `after` groups and ls32: 7 - after at most before
+        forms.append(seq(upto(5 - after), lit(b"::"), groups(after, ls32)))
+    forms.append(seq(upto(6), lit(b"::"), h16))           # '::' then one group
+    forms.append(seq(upto(7), lit(b"::")))                # '::' last
+    return alt(*forms), 2, 45
 
 
 def _label(first: bytes, longest: int) -> Node:
@@ -109,3 +134,22 @@ def uri_node(budget: int) -> tuple[Node, int, int]:
         parts += [opt(seq(lit(b"?"), Repeat(qchar, 0, tail_len))), opt(seq(lit(b"#"), Repeat(qchar, 0, tail_len)))]
         longest += 2 * (1 + 3 * tail_len)
     return seq(*parts), len("http://") + hlo, longest
+
+
+def uri_reference_node(budget: int) -> tuple[Node, int, int]:
+    """A uri (uri_node) or a relative reference without an authority: an absolute path ('/' and segments), a
+    relative one (its first segment without ':', so it reads as no scheme) or none, then ?query and #fragment;
+    the empty string too. The parts are capped as uri_node caps them, so the longest fits `budget`."""
+    absolute, _, longest = uri_node(budget)
+    seg_len = min(LABEL_CAP, max(1, (budget // 2 // SEGMENTS - 1) // 3))
+    tail_len = min(2 * LABEL_CAP, max(0, (budget // 4 - 1) // 3))
+    pct = seq(lit(b"%"), bytes_of(_HEX), bytes_of(_HEX))
+    pchar, first = alt(bytes_of(_PCHAR), pct), alt(bytes_of(_PCHAR.replace(b":", b"")), pct)
+    qchar = alt(bytes_of(_PCHAR + b"/?"), pct)
+    more = Repeat(seq(lit(b"/"), Repeat(pchar, 0, seg_len)), 0, SEGMENTS - 1)
+    path = alt(seq(lit(b"/"), opt(seq(Repeat(pchar, 1, seg_len), more))), seq(Repeat(first, 1, seg_len), more),
+               lit(b""))
+    tails = [opt(seq(lit(mark), Repeat(qchar, 0, tail_len))) for mark in (b"?", b"#")] if tail_len else []
+    relative = seq(path, *tails)
+    rel_longest = SEGMENTS * (1 + 3 * seg_len) + (2 * (1 + 3 * tail_len) if tail_len else 0)
+    return alt(absolute, relative), 0, max(longest, rel_longest)

@@ -18,7 +18,7 @@ Formats (RFC 3339 and RFC 4122, as jsonschema's format checker reads them):
 from __future__ import annotations
 
 from ..grammar.nodes import Node, Repeat
-from .formats_net import email_node, hostname_node, ipv4_node, uri_node
+from .formats_net import email_node, hostname_node, ipv4_node, ipv6_node, uri_node, uri_reference_node
 from .nodes import DIGIT, alt, bytes_of, lex_range, lit, opt, seq
 
 MAX_CP = 0x10FFFF
@@ -165,7 +165,8 @@ def format_node(name: str, fraction_digits: int | None, budget: int,
     return None
 
 
-_NET = {"ipv4": lambda budget: ipv4_node(), "hostname": hostname_node, "email": email_node, "uri": uri_node}
+_NET = {"ipv4": lambda budget: ipv4_node(), "ipv6": lambda budget: ipv6_node(), "hostname": hostname_node,
+        "email": email_node, "uri": uri_node, "uri-reference": uri_reference_node}
 FORMATS = ("date", "time", "date-time", "uuid", *_NET)
 # The formats JSON Schema 2020-12 defines: one outside FORMATS is refused (its values cannot be written exactly);
 # a name it does not define (`path`, `topic`, `int32` on a string) is an annotation, as the specification reads it.
