@@ -16,6 +16,7 @@ import jsonschema
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_schema import ranged
 
 from batchmask.automaton.tree import build_node_automaton
 from batchmask.schema.build import SchemaOptions, schema_node
@@ -40,15 +41,6 @@ def accepts(schema: dict, text: str, options: SchemaOptions | None = None) -> bo
         if state is None:
             return False
     return state in final
-
-
-def ranged(kind: str, lo, lo_ex: bool, hi, hi_ex: bool) -> dict:
-    schema = {"type": kind}
-    if lo is not None:
-        schema["exclusiveMinimum" if lo_ex else "minimum"] = lo
-    if hi is not None:
-        schema["exclusiveMaximum" if hi_ex else "maximum"] = hi
-    return schema
 
 
 def within(v: Fraction, lo, lo_ex: bool, hi, hi_ex: bool) -> bool:
@@ -80,7 +72,7 @@ def _near(*bounds) -> list[int]:
 @given(lo=int_bounds, hi=int_bounds, lo_ex=st.booleans(), hi_ex=st.booleans(),
        more=st.lists(st.integers(-10 ** 40, 10 ** 40), max_size=12))
 def test_integer_ranges_are_exact_at_any_length(lo, hi, lo_ex, hi_ex, more):
-    schema = ranged("integer", lo, lo_ex, hi, hi_ex)
+    schema = ranged("integer", lo, hi, lo_ex, hi_ex)
     try:
         schema_node(schema)
     except Exception as e:                               # an empty range: refused, and Python agrees
@@ -138,7 +130,7 @@ def _edges(b) -> list[str]:
 @FAST
 @given(lo=num_bounds, hi=num_bounds, lo_ex=st.booleans(), hi_ex=st.booleans(), data=st.data())
 def test_number_ranges_are_exact_at_any_length(lo, hi, lo_ex, hi_ex, data):
-    schema = ranged("number", lo, lo_ex, hi, hi_ex)
+    schema = ranged("number", lo, hi, lo_ex, hi_ex)
     try:
         schema_node(schema)
     except Exception as e:
@@ -166,7 +158,7 @@ def test_number_ranges_are_exact_at_any_length(lo, hi, lo_ex, hi_ex, data):
        lo_ex=st.booleans(), hi_ex=st.booleans(), data=st.data())
 def test_a_float_bound_is_the_decimal_it_is_written_as(lo, hi, lo_ex, hi_ex, data):
     """minimum 0.1 admits 0.1 (docs/json-schema.md): against Fractions of the bounds' repr."""
-    schema = ranged("number", lo, lo_ex, hi, hi_ex)
+    schema = ranged("number", lo, hi, lo_ex, hi_ex)
     try:
         schema_node(schema)
     except Exception as e:
@@ -255,7 +247,7 @@ llg_bound = st.integers(-10 ** 15, 10 ** 15)
        more=st.lists(st.integers(-10 ** 40, 10 ** 40), max_size=6))
 def test_llguidance_agrees_on_integers(lo, hi, more):
     """Bounds within 2^53 (llguidance reads a schema's numbers as doubles), values of up to 40 digits."""
-    schema = ranged("integer", lo, False, hi, False)
+    schema = ranged("integer", lo, hi, False, False)
     if lo is not None and hi is not None and lo > hi:
         return
     for v in _near(lo, hi) + more:
@@ -330,7 +322,7 @@ def test_integer_multiples_are_exactly_jsonschemas(k, lo, lo_ex, hi, hi_ex, extr
     it, naming it."""
     from batchmask.schema import base
     from batchmask.schema.base import SchemaError
-    schema = {**ranged("integer", lo, lo_ex, hi, hi_ex), "multipleOf": k}
+    schema = {**ranged("integer", lo, hi, lo_ex, hi_ex), "multipleOf": k}
     near = [b + j * k + d for b in (lo, hi) if b is not None for j in range(-2, 3) for d in (-1, 0, 1)]
     near += [(b // k + j) * k + d for b in (lo, hi) if b is not None for j in range(-1, 3) for d in (-1, 0, 1)]
     values = near + extra + [0, k, -k, k + 1, 3 * k, -3 * k]
