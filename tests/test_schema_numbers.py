@@ -127,14 +127,21 @@ def _edges(b) -> list[str]:
     return [format(x, "f") for x in [d, *near]]
 
 
-@FAST
-@given(lo=num_bounds, hi=num_bounds, lo_ex=st.booleans(), hi_ex=st.booleans(), data=st.data())
-def test_number_ranges_are_exact_at_any_length(lo, hi, lo_ex, hi_ex, data):
-    schema = ranged("number", lo, hi, lo_ex, hi_ex)
+def _has_values(schema: dict) -> bool:
+    """Whether the schema compiles; where it does not, its refusal must be that no value satisfies it."""
     try:
         schema_node(schema)
     except Exception as e:
         assert "no value satisfies" in str(e)
+        return False
+    return True
+
+
+@FAST
+@given(lo=num_bounds, hi=num_bounds, lo_ex=st.booleans(), hi_ex=st.booleans(), data=st.data())
+def test_number_ranges_are_exact_at_any_length(lo, hi, lo_ex, hi_ex, data):
+    schema = ranged("number", lo, hi, lo_ex, hi_ex)
+    if not _has_values(schema):
         assert lo is not None and hi is not None and (lo > hi or (lo == hi and (lo_ex or hi_ex)))
         return
     texts = _edges(lo) + _edges(hi) + data.draw(st.lists(decimal_texts((lo, hi)), max_size=12))
@@ -159,10 +166,7 @@ def test_number_ranges_are_exact_at_any_length(lo, hi, lo_ex, hi_ex, data):
 def test_a_float_bound_is_the_decimal_it_is_written_as(lo, hi, lo_ex, hi_ex, data):
     """minimum 0.1 admits 0.1 (docs/json-schema.md): against Fractions of the bounds' repr."""
     schema = ranged("number", lo, hi, lo_ex, hi_ex)
-    try:
-        schema_node(schema)
-    except Exception as e:
-        assert "no value satisfies" in str(e)
+    if not _has_values(schema):
         return
     for s in _edges(lo) + _edges(hi) + data.draw(st.lists(decimal_texts((lo, hi)), max_size=6)):
         v = Fraction(Decimal(s))
