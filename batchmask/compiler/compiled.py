@@ -92,13 +92,11 @@ def compile_node(node, tokenizer, *, utf8: bool = True, key: dict, device="cpu")
     if not isinstance(key, dict):
         raise ValueError(f"compile_node: key must be a dict, got {type(key).__name__}")
     dev = torch.device(device)
-    if dev.type != "cpu":
-        with gc_paused():
-            return _compile(node, tokenizer, utf8, key, dev)
     # The work is many mid-sized ops: a second intra-op thread buys little, and when another
-    # process holds a core it costs a lot (threads spin at every op's barrier). One thread here.
+    # process holds a core it costs a lot (threads spin at every op's barrier). One thread on the CPU.
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    if dev.type == "cpu":
+        torch.set_num_threads(1)
     try:
         with gc_paused():
             return _compile(node, tokenizer, utf8, key, dev)

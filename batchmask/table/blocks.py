@@ -246,11 +246,10 @@ def block_exit_lists(aut, exits: dict, blocks_of, dev) -> dict:
     return exits_of
 
 
-def block_segments(aut, exits: dict, blocks_of, explicit_targets: torch.Tensor, done: int, dev):
+def block_segments(aut, exits_of: dict, explicit_targets: torch.Tensor, done: int, dev):
     """The target list and its segments (table/next_codes.py): explicit states (and `done`) read `explicit_targets`
-    from 0; each block's cells read its exits (a state per exit class of its type, ExitClasses; an illegal
-    exit holds state 0, never read) from a base of their own. Returns (targets, segment_start, segment_base)."""
-    exits_of = block_exit_lists(aut, exits, blocks_of, dev)
+    from 0; each block's cells read its exits (`exits_of`: block_exit_lists; an illegal exit holds state 0, never
+    read) from a base of their own. Returns (targets, segment_start, segment_base)."""
     lists, start, base = [explicit_targets], [0], [0]
     at = explicit_targets.numel()
     order = sorted(range(len(aut.blocks)), key=lambda k: aut.blocks[k].base)

@@ -131,8 +131,9 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     ex_n = torch.cat([nxt[sel], torch.full((len(acc_rows) * len(stop_classes),), done, device=dev)])
     eos_class = token_class[prep.eos_id].reshape(1)        # in `done` only eos is legal; it stays there
 
-    d_r, d_c, d_n = cell_moves(aut, delegates, value_ids, which, codes, block_exit_lists(aut, exits, blocks_of, dev),
-                               spread, ex_r, ex_c, row_of_explicit)
+    exit_lists = block_exit_lists(aut, exits, blocks_of, dev)                          # each block's segment
+    d_r, d_c, d_n = cell_moves(aut, delegates, value_ids, which, codes, exit_lists, spread, ex_r, ex_c,
+                               row_of_explicit)
     ex_r, ex_c, ex_n = torch.cat([ex_r, d_r]), torch.cat([ex_c, d_c]), torch.cat([ex_n, d_n])
     v_row, v_uniq = classes_of(codes)                                                  # [M] equal rows once
     vcodes = codes.index_select(0, v_uniq)                                             # [Rv, Cv]
@@ -144,7 +145,7 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
         ex_code = torch.where(_forward(ex_n, s, done), encode_relative(ex_n, s), ex_n)
         # the target list: the explicit states' few absolute moves, then every block's exits (segments)
         explicit_targets = unique_sorted(torch.cat([ex_code[ex_code >= 0], torch.tensor([done], device=dev)]))
-        targets, seg_start, seg_base = block_segments(aut, exits, blocks_of, explicit_targets, done, dev)
+        targets, seg_start, seg_base = block_segments(aut, exit_lists, explicit_targets, done, dev)
         # rows: the explicit states' (sparse), `done`'s (sparse, row E), the block cells' (dense on value classes)
         parts = RowParts(E + 1, torch.cat([ex_r, torch.tensor([E], device=dev)]), torch.cat([ex_c, eos_class]),
                          index_targets(torch.cat([ex_code, torch.tensor([done], device=dev)]), explicit_targets),

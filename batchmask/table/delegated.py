@@ -15,7 +15,16 @@ from __future__ import annotations
 
 import torch
 
+from .classes import search_sorted
 from .next_codes import ILLEGAL
+
+
+def _index_in(ids: torch.Tensor, wanted: torch.Tensor) -> torch.Tensor:
+    """int64, wanted's shape: the index of each wanted value in the distinct 1-D `ids`, -1 where it is absent."""
+    order = torch.argsort(ids)
+    at = search_sorted(ids.index_select(0, order), wanted.contiguous()).clamp(max=max(len(ids) - 1, 0))
+    found = order.index_select(0, at)
+    return torch.where(ids.index_select(0, found) == wanted, found, torch.full_like(found, -1))
 
 
 def walked_edges(aut, edges: torch.Tensor, computed_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -27,9 +36,7 @@ def walked_edges(aut, edges: torch.Tensor, computed_ids: torch.Tensor) -> tuple[
     if aut.edge_cell is None or not len(computed_ids):
         return edges, none
     cell = torch.as_tensor(aut.edge_cell, device=dev)
-    ids = torch.sort(computed_ids).values
-    at = torch.searchsorted(ids, cell.clamp(min=0)).clamp(max=len(ids) - 1)
-    read = (cell >= 0) & (ids[at] == cell)
+    read = (cell >= 0) & (_index_in(computed_ids, cell) >= 0)
     if not bool(read.any()):
         return edges, none
     delegates = torch.unique(torch.stack([edges[read, 0], cell[read]], 1), dim=0)
@@ -45,9 +52,7 @@ def cell_moves(aut, delegates, value_ids, which, codes, exit_lists: dict, spread
         e = torch.zeros(0, dtype=torch.int64, device=dev)
         return e, e, e
     states, cells = delegates[:, 0], delegates[:, 1]
-    order = torch.argsort(value_ids)
-    at = order[torch.searchsorted(value_ids[order], cells.contiguous())]
-    rows = codes.index_select(0, which.index_select(0, at)).long()                              # [D, Cv]
+    rows = codes.index_select(0, which.index_select(0, _index_in(value_ids, cells))).long()     # [D, Cv]
     # an absolute code indexes the exit list of the cell's block; a relative one is a move inside the value
     K = len(aut.blocks)
     bases = torch.as_tensor([b.base for b in aut.blocks], dtype=torch.int64, device=dev)
