@@ -354,10 +354,53 @@ def test_which_integer_multiples_are_written():
              ({"type": "integer", "multipleOf": 0.5, "maximum": 3}, True),          # every integer
              ({"type": "integer", "multipleOf": 7}, False),
              ({"type": "integer", "multipleOf": 7, "minimum": 0, "maximum": 10 ** 6}, False),
-             ({"type": "number", "multipleOf": 5, "minimum": 0, "maximum": 100}, False)]
+             ({"type": "number", "multipleOf": 5, "minimum": 0, "maximum": 100}, True),    # 21 literals
+             ({"type": "number", "multipleOf": 0.01}, True),
+             ({"type": "number", "multipleOf": 0.5}, False),
+             ({"type": "number", "multipleOf": 7}, False)]
     for schema, exact in cases:
         with base.collect() as relaxed:
             schema_node(schema, SchemaOptions())
         assert (not relaxed) is exact, schema
     assert accepts({"type": "integer", "multipleOf": 100}, "7" * 30 + "00")
     assert not accepts({"type": "integer", "multipleOf": 100}, "7" * 30 + "10")
+
+
+# --- number multipleOf -----------------------------------------------------------------------------------------
+def spelled(v: Fraction) -> str:
+    """The shortest fixed-point spelling of a finite decimal (no exponent, no trailing zeros, never "-0")."""
+    whole, rest = divmod(abs(v.numerator), v.denominator)
+    digits = ""
+    while rest:
+        whole_digit, rest = divmod(rest * 10, v.denominator)
+        digits += str(whole_digit)
+    return ("-" if v < 0 else "") + str(whole) + ("." + digits if digits else "")
+
+
+@FAST
+@given(st.sampled_from(["1", "5", "100", "0.1", "0.01", "0.001"]),
+       st.one_of(st.none(), st.integers(-3000, 3000).map(lambda n: n / 100)), st.booleans(),
+       st.one_of(st.none(), st.integers(-3000, 3000).map(lambda n: n / 100)), st.booleans(),
+       st.lists(st.integers(-10 ** 6, 10 ** 6), max_size=8))
+def test_number_multiples_are_exactly_pythons(k, lo, lo_ex, hi, hi_ex, extra):
+    """multipleOf k on a number schema, for an integer k or k = 10^-m (numbers.number_multiples): the automaton
+    takes a value's shortest fixed-point spelling iff Python's Fraction arithmetic says it lies within the bounds
+    and k divides it."""
+    from batchmask.schema.base import SchemaError
+    step = Fraction(k)
+    schema = {**ranged("number", lo, hi, lo_ex, hi_ex), "multipleOf": float(k) if "." in k else int(k)}
+    unit = Fraction(1, 10 ** (len(k.partition(".")[2]) + 1))            # probes one digit finer than the step
+    near = [round(Fraction(repr(b)) / unit) + d for b in (lo, hi) if b is not None for d in range(-12, 13)]
+    values = [n * unit for n in near + extra + [0, 1, -1]]
+    values += [j * step for j in range(-3, 4)]
+    try:
+        schema_node(schema, SchemaOptions(mode="strict"))
+    except SchemaError as e:                               # no multiple in range, or a step it does not write
+        if "no value satisfies" in str(e):
+            assert not any(within(v, lo, lo_ex, hi, hi_ex) and (v / step).denominator == 1 for v in values)
+            return
+        assert step.denominator == 1 and "multipleOf" in str(e)   # an integer step over a wide range
+        return
+    for v in values:
+        expected = within(v, lo, lo_ex, hi, hi_ex) and (v / step).denominator == 1
+        assert accepts(schema, spelled(v)) is expected, (schema, spelled(v))

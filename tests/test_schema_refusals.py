@@ -19,7 +19,7 @@ REFUSED = [   # (schema of the property "p", pointer under #/properties/p, what 
     ({"type": "string", "pattern": "(?=a)b"}, "/pattern", "only (?:...) groups"),
     ({"type": "string", "pattern": "(a)\\1"}, "/pattern", "escape \\1 is not supported"),
     ({"type": "string", "pattern": "a\\bc"}, "/pattern", "escape \\b is not supported"),
-    ({"type": "string", "pattern": "\\D"}, "/pattern", "escape \\D is not supported"),
+    ({"type": "string", "pattern": "\\Z"}, "/pattern", "escape \\Z is not supported"),
     ({"type": "string", "pattern": "a^b"}, "/pattern", "anchor '^'"),
     ({"type": "string", "pattern": "(?i)a"}, "/pattern", "only (?:...) groups"),
     ({"type": "string", "pattern": "a{2"}, "/pattern", "'{' must start a quantifier"),
@@ -29,6 +29,8 @@ REFUSED = [   # (schema of the property "p", pointer under #/properties/p, what 
     ({"type": "string", "format": "date", "pattern": "^2"}, "/pattern", "together with 'format'"),
     ({"type": "string", "format": "date", "maxLength": 8}, "/maxLength", "format 'date' matches 10..10"),
     ({"type": "integer", "multipleOf": 5}, "/multipleOf", "'multipleOf' is not supported"),
+    ({"type": "number", "multipleOf": 0}, "/multipleOf", "must be greater than 0"),
+    ({"type": "string", "multipleOf": "x"}, "/multipleOf", "must be a number"),
     ({"type": "integer", "minimum": "1"}, "/minimum", "must be a number"),
     ({"type": "number", "maximum": True}, "/maximum", "must be a number"),
     ({"not": {"type": "string"}}, "/not", "'not' is not supported"),
@@ -84,7 +86,8 @@ def test_refused_keyword_names_tool_and_pointer(tmp_path, schema, pointer, says)
 
 # Refused in both modes: the schema is wrong (lenient mode relaxes what cannot be written, not mistakes).
 WRONG = ("must be a number", "is not among", "unknown type", "lists a type twice", "points at nothing",
-         "non-empty list", "not a JSON number", "non-negative integer", "an enum/const array beside")
+         "non-empty list", "not a JSON number", "non-negative integer", "an enum/const array beside",
+         "must be greater than 0")
 
 
 def lenient_report(schema: dict, pointer: str, says: str) -> tuple[str | None, str]:

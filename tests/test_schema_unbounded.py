@@ -9,15 +9,18 @@ number of states (one copy of the item), and an enum beside a free string is the
 from __future__ import annotations
 
 import json
+import random
+import re
 from functools import cache
 
 import jsonschema
 import pytest
 from data_paths import LLAMA2
+from schema_reference import compile_regex
 
 from batchmask.api import compile_json_schema
 from batchmask.automaton.tree import build_node_automaton
-from batchmask.schema.build import SchemaOptions, schema_node
+from batchmask.schema.build import SchemaOptions, json_literal, schema_node
 
 
 @cache
@@ -132,3 +135,22 @@ def test_numbers_take_any_number_of_digits():
     assert not accepted(s, "1.4" + "9" * 40)
     assert accepted({"type": "number"}, "-12345678901234567890123.25e-1234567890")
     assert not accepted({"type": "integer"}, "1234", int_digits=3)
+
+
+
+NULLABLE_LOOPS = [("^(a?b?)*c$", "ab" * 30 + "c"), ("^(?:x|y?)+$", "xy" * 30), ("^((ab)?c?)*$", "abc" * 20),
+                  ("^(a*)*b$", "a" * 60 + "b"), ("^(a?){3,}b$", "a" * 40 + "b"), ("^(?:(?:)|a{0,2})*$", "a" * 41)]
+
+
+@pytest.mark.parametrize("pattern, long", NULLABLE_LOOPS)
+def test_a_loop_of_an_item_that_may_be_empty_has_no_cap(pattern, long):
+    """`(a?)*` loops as `a*` (schema/regex.py without_empty), with no cap: the node tree takes a text iff Python's
+    re takes it, far past the old 16 repetitions, and the longest text re takes is walked through the table."""
+    schema = {"type": "string", "pattern": pattern}
+    rx, body = compile_regex(schema_node(schema)), re.compile(pattern[1:-1])
+    rng = random.Random(pattern)
+    # short texts: a nested loop backtracks exponentially in re on a text it refuses
+    texts = ["", "c"] + ["".join(rng.choice("abcxy") for _ in range(rng.randint(0, 12))) for _ in range(300)]
+    for s in texts:
+        assert bool(rx.fullmatch(json_literal(s))) == bool(body.fullmatch(s)), (pattern, s)
+    check(schema, long)                                                                 # past 16 repetitions

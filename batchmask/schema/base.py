@@ -82,7 +82,6 @@ ITEMS_UNROLL = 400_000   # nodes of an array's items (written out: schema/nodes.
                          # maxItems makes, each a copy of the items; as many as nfa.MAX_NFA, so the array alone
                          # would be refused: lenient mode counts no further
 FORMAT_BUDGET = 256      # characters of a narrowed format's value (hostname, email, uri) without a maxLength
-NULLABLE_REPEATS = 16    # repeats of a pattern's *, + or {m,} whose item may be empty (a loop needs one that is not)
 
 
 _OPTIONAL = ("max_string_length", "int_digits", "fraction_digits", "exponent_digits", "max_items", "repeat_cap")
@@ -110,8 +109,7 @@ class SchemaOptions:
     ref_depth           times one $ref may expand inside itself (recursion is unrolled;
                         past it, optional branches that recurse are left out)                 3
     repeat_cap          repetitions of *, + and {m,} in a pattern (maxLength when given);   None
-                        None: no cap (a loop), but for an item that may be empty (`(a?)*`):
-                        NULLABLE_REPEATS
+                        None: no cap (a loop; `(a?)*` loops as `a*`)
     any_depth           arrays and maps nested inside a value of any type (a schema `true`,
                         `{}` or without a type; an array without items): 0 scalars only       1
     mode                what a keyword the automaton cannot write exactly does (RELAXED):   "lenient"

@@ -133,6 +133,24 @@ def multiples_node(low: Bound | None, high: Bound | None, step: int,
     return True, alt(*parts)
 
 
+def number_multiples(low: Bound | None, high: Bound | None, k: Fraction, int_digits: int | None = None,
+                     fraction_digits: int | None = None) -> tuple[bool, Node | None]:
+    """multipleOf k (> 0) on a number: (whether it can be written exactly, the node; None when no multiple lies
+    within the bounds). An integer k: the multiples are integers, written as multiples_node writes them;
+    k = 10^-m: exactly the numbers of at most m fraction digits (number_node with that room, no exponent). Other
+    steps: (False, None). As for integers, each value has one spelling family, not every one: "2.5" and "2.50"
+    for a step of 0.01, not "2.500" nor "25e-1"."""
+    if k.denominator == 1:
+        return multiples_node(low, high, k.numerator, int_digits)
+    m = len(str(k.denominator)) - 1
+    if k.numerator != 1 or k.denominator != 10 ** m:
+        return False, None
+    room = m if fraction_digits is None else min(m, fraction_digits)
+    if low is None and high is None:                      # number_node's unbounded form: room and no exponent
+        return True, number_node(None, None, int_digits, room, 0)
+    return True, number_node(low, high, int_digits, room)
+
+
 # --- numbers with a bound ---------------------------------------------------------------------------
 def _split(x: Fraction) -> tuple[int, str]:
     """A nonnegative finite decimal as (integer part, fraction digits without trailing zeros)."""

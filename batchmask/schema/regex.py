@@ -4,12 +4,13 @@ The subset, read as jsonschema reads it (Python's `re.search`); where ECMA-262 r
 otherwise it is refused, except `.`, which is Python's and llguidance's (ECMA-262 also excludes \r,
 U+2028 and U+2029):
     literal characters; `.` (any character but newline); classes `[abc]`, `[a-z]`, `[^...]`;
-    escapes \\d [0-9], \\w [A-Za-z0-9_], \\s [ \\t\\n\\r\\f\\v] (ASCII only, in and out of classes),
-    \\n \\t \\r \\f \\v, \\xHH, \\uHHHH (not a surrogate) and any escaped punctuation
+    class escapes \\d \\w \\s \\D \\W \\S, in and out of classes, written as both Python's (Unicode) and
+    ECMA-262's (ASCII) readings match them (schema/regex_classes.py: \\d writes [0-9], \\D and [^\\d] no
+    Unicode digit); \\n \\t \\r \\f \\v, \\xHH, \\uHHHH (not a surrogate) and any escaped punctuation
     (\\. \\\\ \\/ \\- ...);
     groups (...) and (?:...); alternation |; quantifiers ? * + {m} {m,} {m,n}, lazy forms (same language);
     anchors: ^ only at the start of a top-level branch, $ only at its end.
-Anything else (backreferences, lookaround, \\b, \\D \\W \\S, flags, possessive quantifiers) is refused.
+Anything else (backreferences, lookaround, \\b, flags, possessive quantifiers) is refused.
 
 The generated body always satisfies the pattern as `re.search` reads it. A branch without `$` may be followed
 by up to `free_cap` arbitrary characters (under a `maxLength`, `bounded`: by as many as keep the value within
@@ -17,29 +18,26 @@ it), and its last quantified part is written at its minimum (re.search's reading
 then anything, without the ambiguity of where the repetition ends); a branch without `^` is generated as
 though it had one (the value starts with the match: a free run before it could not be told from the match by
 the string automaton);
-`*`, `+` and `{m,}` repeat at most `repeat_cap` times (at least m); with `repeat_cap` None, without a cap (a loop),
-unless the repeated item may be empty (`(a?)*`: base.NULLABLE_REPEATS times). `free_cap` None: the free characters
+`*`, `+` and `{m,}` repeat at most `repeat_cap` times (at least m); with `repeat_cap` None, without a cap (a loop;
+an item that may be empty loops without the empty string: `(a?)*` is `a*`, `without_empty`). `free_cap` None: the free characters
 are not counted either. A part's longest match is then `math.inf`. Each pattern character is one JSON
 character, written as JsonStr writes it (schema_strings.char_node), so the body is valid JSON string content.
 
 `search=True` reads a pattern the other way, for schema/overlap.py: a node holding *at least* every string
 `re.search` finds a match in (up to the caps), never fewer: up to `free_cap` free characters before a branch
-without `^` too, an optional newline after `$` (Python's `$` matches before a final one), and \\d \\w \\s
-outside negated classes widened to every character outside ASCII (Python's are Unicode; \\s also U+001C-U+001F).
+without `^` too, an optional newline after `$` (Python's `$` matches before a final one), and the class
+escapes read wide (regex_classes.py: what either reading may match).
 """
 from __future__ import annotations
 
 import math
 
-from ..grammar.nodes import JsonStr, Node, Repeat
-from .base import LENGTH_CEILING, NULLABLE_REPEATS
-from .nodes import EMPTY, alt, seq
+from ..grammar.nodes import Alt, JsonStr, Lit, Node, Repeat, Seq
+from .base import LENGTH_CEILING
+from .nodes import EMPTY, alt, node_accepts, seq
+from .regex_classes import class_escape
 from .strings import char_node, complement
 
-_DIGITS = [(0x30, 0x39)]
-_WORD = [(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)]
-_SPACE = [(0x09, 0x0D), (0x20, 0x20)]
-_CLASS_ESCAPES = {"d": _DIGITS, "w": _WORD, "s": _SPACE}
 _CHAR_ESCAPES = {"n": 0x0A, "t": 0x09, "r": 0x0D, "f": 0x0C, "v": 0x0B}
 _META = set(".^$*+?()[]{}|\\")
 
@@ -192,8 +190,11 @@ class _Parser:
         if lo * m > LENGTH_CEILING:
             self.fail(f"a match needs at least {lo * m} characters, above the supported maximum {LENGTH_CEILING}",
                       start)
-        if n is None and lo == 0:       # a loop needs an item that is never empty
-            n = max(m, NULLABLE_REPEATS)
+        if n is None and lo == 0:
+            # a loop needs an item that is never empty: X{m,} of an X that may be empty is (X without the
+            # empty string)* (drop the empty repetitions; pad with them up to m)
+            node = without_empty(node)
+            return (EMPTY, 0, 0) if node is None else (Repeat(node, 0, None), 0, math.inf)
         if n is None:
             return Repeat(node, m, None), lo * m, math.inf
         if hi * n > LENGTH_CEILING and hi != math.inf:   # fewer repetitions: every match still matches; 10^8 of
@@ -208,10 +209,9 @@ class _Parser:
         if c is None:
             self.fail("pattern ends with a lone backslash", start)
         self.i += 1
-        if c in _CLASS_ESCAPES:
-            if self.search and not self.negated:       # Python's are Unicode: their ASCII part, any other
-                return list(_CLASS_ESCAPES[c]) + ([(0x1C, 0x1F)] if c == "s" else []) + [(0x80, 0x10FFFF)]
-            return list(_CLASS_ESCAPES[c])
+        if c in "dwsDWS":
+            # what we write takes the narrow set; a superset (search) the wide one; a negated class the other
+            return class_escape(c, wide=self.search != self.negated)
         if c in _CHAR_ESCAPES:
             cp = _CHAR_ESCAPES[c]
             return [(cp, cp)]
@@ -235,7 +235,7 @@ class _Parser:
         negate = self.peek() == "^"
         if negate:
             self.i += 1
-        self.negated = negate          # a negated class complements the ASCII reading: already wider than Python's
+        self.negated = negate          # its items are complemented: class_escape reads them the other way
         ranges: list[tuple[int, int]] = []
         first = True
         while True:
@@ -266,6 +266,31 @@ class _Parser:
             return self.escape(in_class=True)
         self.i += 1
         return [(ord(c), ord(c))]
+
+
+def without_empty(node: Node) -> Node | None:
+    """The language of `node` without the empty string (None if that leaves nothing), written with the same
+    nodes: a loop of the result never runs on empty input. Sizes: a Seq may be written twice over its nullable
+    prefix (a pattern's groups are small)."""
+    if not node_accepts(node, b""):
+        return node
+    if isinstance(node, Lit):                          # the empty Lit
+        return None
+    if isinstance(node, JsonStr):
+        return None if node.max == 0 else JsonStr(max(node.min, 1), node.max)
+    if isinstance(node, Alt):
+        rest = [x for x in map(without_empty, node.options) if x is not None]
+        return alt(*rest) if rest else None
+    if isinstance(node, Seq):                          # (a b)\e = (a\e) b | b\e (a and b both nullable here)
+        head, tail = without_empty(node.items[0]), seq(*node.items[1:])
+        options = [x for x in (None if head is None else seq(head, tail), without_empty(tail)) if x is not None]
+        return alt(*options) if options else None
+    if isinstance(node, Repeat):                       # X{m,n} nullable: (X\e){1,n}
+        item = without_empty(node.item)
+        if item is None or node.max == 0:
+            return None
+        return Repeat(item, 1, node.max) if (node.max is None or node.max > 1) else item
+    raise TypeError(f"without_empty: no rule for {type(node).__name__}")
 
 
 def _most(cap: int | None):

@@ -11,7 +11,7 @@ from .base import FORMAT_BUDGET, ITEMS_CEILING, ITEMS_UNROLL, LENGTH_CEILING, RE
 from .base import ptr as jp
 from .json_values import exact_number
 from .nodes import alt, lit, seq, unfolds_within
-from .numbers import integer_node, integer_step, multiples_node, number_node
+from .numbers import integer_node, integer_step, multiples_node, number_multiples, number_node
 from .objects import object_node
 from .regex import PatternError, pattern_node
 from .strings import DEFINED_FORMATS, FORMATS, format_node
@@ -128,12 +128,18 @@ def _range_text(low, high) -> str:
 
 
 def writes_multiple(schema: dict, ptr: str, ctx: Ctx) -> bool:
-    """Whether this schema's multipleOf is written exactly (schema/numbers.multiples_node): a plain integer
-    schema (no combinator beside it) whose step and bounds the construction takes."""
-    if schema.get("type") != "integer" or any(k in schema for k in ("$ref", "anyOf", "oneOf", "allOf")):
+    """Whether this schema's multipleOf is written exactly (schema/numbers.py: multiples_node, number_multiples):
+    a plain integer or number schema (no combinator beside it) whose step and bounds the construction takes. A
+    multipleOf that is not a number above 0 is refused here, in either mode and on any type."""
+    k = _multiple(schema, ptr, ctx)
+    kind = schema.get("type")
+    if kind not in ("integer", "number") or any(key in schema for key in ("$ref", "anyOf", "oneOf", "allOf")):
         return False
     low, high = bounds(schema, ptr, ctx)
-    return multiples_node(low, high, integer_step(_multiple(schema, ptr, ctx)), ctx.options.int_digits)[0]
+    o = ctx.options
+    if kind == "integer":
+        return multiples_node(low, high, integer_step(k), o.int_digits)[0]
+    return number_multiples(low, high, k, o.int_digits, o.fraction_digits)[0]
 
 
 def _multiple(schema: dict, ptr: str, ctx: Ctx) -> Fraction:
@@ -160,6 +166,12 @@ def _integer(schema: dict, ptr: str, ctx: Ctx) -> Node:
 def _number(schema: dict, ptr: str, ctx: Ctx) -> Node:
     low, high = bounds(schema, ptr, ctx)
     o = ctx.options
+    if "multipleOf" in schema:                            # kept only where writes_multiple said so
+        k = _multiple(schema, ptr, ctx)
+        node = number_multiples(low, high, k, o.int_digits, o.fraction_digits)[1]
+        if node is None:
+            raise Empty(ptr, f"no multiple of {schema['multipleOf']} lies within {_range_text(low, high)}")
+        return node
     node = number_node(low, high, o.int_digits, o.fraction_digits, o.exponent_digits)
     if node is None and _reals_between(low, high):     # numbers lie there, only none the digit caps can write
         caps = " and ".join(f"{n} {what}" for n, what in ((o.int_digits, "integer"), (o.fraction_digits, "fraction"))
