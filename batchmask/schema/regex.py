@@ -19,8 +19,8 @@ then anything, without the ambiguity of where the repetition ends); a branch wit
 though it had one (the value starts with the match: a free run before it could not be told from the match by
 the string automaton);
 `*`, `+` and `{m,}` repeat at most `repeat_cap` times (at least m); with `repeat_cap` None, without a cap (a loop;
-an item that may be empty loops without the empty string: `(a?)*` is `a*`, `without_empty`). `free_cap` None: the free characters
-are not counted either. A part's longest match is then `math.inf`. Each pattern character is one JSON
+an item that may be empty loops without the empty string: `(a?)*` is `a*`, `without_empty`). `free_cap` None: the
+free characters are not counted either. A part's longest match is then `math.inf`. Each pattern character is one JSON
 character, written as JsonStr writes it (schema_strings.char_node), so the body is valid JSON string content.
 
 `search=True` reads a pattern the other way, for schema/overlap.py: a node holding *at least* every string
