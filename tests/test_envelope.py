@@ -184,3 +184,15 @@ def test_compile_json_schema_accepts_a_json_string_and_writes_one_value():
         state = int(g.next_state([state], [3 + b])[0])
     assert state >= 0 and bool(g.allowed([state])[0][2])          # the stop token after a whole value
     assert int(g.next_state([g.start], [3 + ord("5")])[0]) == -1
+
+
+@pytest.mark.parametrize("fmt", sorted(ENVELOPES))
+def test_a_call_with_an_integer_past_pythons_limit_parses(fmt):
+    """An integer literal of 5000 digits (json.loads' int() raises past 4300) reads as an integral Decimal, the
+    same number, instead of a ValueError escaping parse."""
+    env = ENVELOPES[fmt]
+    digits = "7" * 5000
+    with pytest.raises(ValueError):
+        json.loads(digits)
+    name, args = env.parse(env.render("f", {"n": 1}).replace("1", digits))
+    assert name == "f" and args == {"n": Decimal(digits)} and int(args["n"]) == 7 * (10 ** 5000 - 1) // 9

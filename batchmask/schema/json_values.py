@@ -3,10 +3,17 @@ from __future__ import annotations
 
 import json
 import math
+from decimal import Decimal
 from fractions import Fraction
 
-__all__ = ["check_disjoint", "check_value", "equal_key", "exact_number", "has_type", "json_equal", "json_literal",
-           "json_type"]
+__all__ = ["check_disjoint", "check_value", "equal_key", "exact_number", "has_type", "integer_literal", "json_equal",
+           "json_literal", "json_type"]
+
+
+def integer_literal(text: str) -> int | Decimal:
+    """A JSON integer literal (json.loads' parse_int): an int, or an integral Decimal past Python's int conversion
+    limit (4300 digits), where int() raises."""
+    return int(text) if len(text) < 4300 else Decimal(text)
 
 
 def check_value(value, path: str = "") -> None:

@@ -24,6 +24,7 @@ from jsonschema.exceptions import best_match
 
 from .drafts import closed as close_objects
 from .drafts import to_2020_12
+from .json_values import integer_literal
 
 MESSAGE_CHARS = 240             # a reason longer than this (jsonschema quotes whole values) is cut
 VALIDATORS_KEPT = 256           # validators kept, least recently used dropped first
@@ -33,7 +34,7 @@ def loads(text: str):
     """JSON with exact numbers (Decimal for every non-integer literal; an integer past Python's int conversion
     limit, 4300 digits, as an integral Decimal). Numbers have no digit cap: an exponent past Decimal's range
     (more than 18 digits) is read as +-10^17, the same side of every bound a schema writes."""
-    return json.loads(text, parse_float=_decimal, parse_int=_integer_literal)
+    return json.loads(text, parse_float=_decimal, parse_int=integer_literal)
 
 
 def _decimal(text: str) -> Decimal:
@@ -43,9 +44,6 @@ def _decimal(text: str) -> Decimal:
         mantissa, _, exponent = text.replace("E", "e").partition("e")
         return Decimal(f"{mantissa}e{'-' if exponent.startswith('-') else ''}{10 ** 17}")
 
-
-def _integer_literal(text: str):
-    return int(text) if len(text) < 4300 else Decimal(text)
 
 
 def check(value, schema, *, closed: bool = True) -> str | None:

@@ -99,8 +99,36 @@ def walk(trie: VocabTrie, delta: np.ndarray, byte_class: np.ndarray, src: np.nda
          after: np.ndarray):
     """Every token that starts with byte[i], fed from state after[i] (byte table delta [Sc, K], -1 illegal,
     byte_class [256]) past its first byte: (src[i], token, state after its last byte) for those that live,
-    as int64 arrays. One step per trie level over the live (pair, prefix) pairs; the pairs' state ids stay
-    in delta's dtype (the walk is memory-bound)."""
+    as int64 arrays.
+
+    What a walk finds depends on (byte, after) alone, and many edges share them (states of many places that
+    enter the same string on its quote): each distinct pair is walked once (`_walk_distinct`) and its tokens are
+    handed to every edge that has it."""
+    key = byte.astype(np.int64) * (delta.shape[0] + 1) + (after.astype(np.int64) + 1)
+    keys, first, inverse, count = np.unique(key, return_index=True, return_inverse=True, return_counts=True)
+    if len(keys) == len(key):
+        return _walk_distinct(trie, delta, byte_class, src, byte, after, src)
+    pair, tok, nxt = _walk_distinct(trie, delta, byte_class, np.arange(len(keys)), byte[first], after[first], src)
+    by_pair = np.argsort(inverse, kind="stable")              # the edges of pair 0, then of pair 1, ...
+    start = np.cumsum(count) - count
+    n = count[pair]                                           # each found token goes to every edge of its pair
+    if int(n.sum()) > MAX_PAIRS:                              # as many (state, token) moves as the walk could find
+        _refuse(src)
+    return (src[by_pair[_spread(start[pair], n)]], np.repeat(tok, n), np.repeat(nxt, n))
+
+
+def _refuse(src: np.ndarray):
+    raise GrammarBuildError(
+        f"grammar: more than {MAX_PAIRS} token prefixes live out of its {len(np.unique(src))} explicit states "
+        "(states where thousands of tokens are legal, many of them: a string whose alternatives stay open side by "
+        "side, such as pattern alternatives, written out again for every array item and property)")
+
+
+def _walk_distinct(trie: VocabTrie, delta: np.ndarray, byte_class: np.ndarray, src: np.ndarray, byte: np.ndarray,
+                   after: np.ndarray, states: np.ndarray):
+    """walk's work, for edges of distinct (byte, after): one step per trie level over the live (edge, prefix)
+    pairs; the pairs' state ids stay in delta's dtype (the walk is memory-bound). `states`: the explicit states
+    a refusal counts."""
     K = delta.shape[1]
     wide = np.int64 if delta.size >= 1 << 31 else np.int32        # cur * K + class must not wrap
     flat_delta = delta.reshape(-1)
@@ -114,11 +142,7 @@ def walk(trie: VocabTrie, delta: np.ndarray, byte_class: np.ndarray, src: np.nda
         n = lv.end_n[node]                                     # the tokens spelled by these prefixes end here
         found += len(node)                                     # the work: live (edge, prefix) pairs walked
         if found > MAX_PAIRS or tried > 2 * MAX_PAIRS:
-            states = len(np.unique(src))
-            raise GrammarBuildError(
-                f"grammar: more than {MAX_PAIRS} token prefixes live out of its {states} explicit states (states "
-                "where thousands of tokens are legal, many of them: a string whose alternatives stay open side by "
-                "side, such as pattern alternatives, written out again for every array item and property)")
+            _refuse(states)
         out_tok.append(lv.end_tok[_spread(lv.end_at[node], n)])
         out_src.append(np.repeat(who, n))
         out_next.append(np.repeat(cur, n))

@@ -30,6 +30,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 
 from ..grammar.nodes import Alt, Lit, Seq, Str
+from ..schema.json_values import integer_literal
 from ..schema.nodes import seq
 from .registry import Tool, ToolRegistry
 
@@ -74,7 +75,8 @@ class Envelope:
             raise CallError(f"does not end with {self.suffix!r}")
         body = text[len(self.prefix): len(text) - len(self.suffix)]
         try:
-            obj = json.loads(body, object_pairs_hook=no_repeated_keys, parse_constant=_no_constant)
+            obj = json.loads(body, object_pairs_hook=no_repeated_keys, parse_constant=_no_constant,
+                             parse_int=integer_literal)          # 4300+ digits: an integral Decimal
         except (json.JSONDecodeError, TypeError) as e:
             raise CallError(f"not JSON: {e}") from None
         except CallError:
