@@ -101,10 +101,13 @@ def compile_grammar(registry: ToolRegistry, tokenizer: BaseTokenizer, *, format:
     from .compiler import compiled as compiler
     if uses_seed_path(registry, format):
         return _seed_path(compiler)(registry, tokenizer, max_string=max_string, utf8=utf8, device=device)
-    with collect() as relaxed:
-        node = call_node(registry, format, max_string, options)
     key = call_grammar_key(registry, format, max_string, utf8, options)
-    return noted(compiler.compile_node(node, tokenizer, utf8=utf8, key=key, device=device), relaxed)
+
+    def attempt(opts):
+        with collect() as relaxed:
+            node = call_node(registry, format, max_string, opts)
+        return noted(compiler.compile_node(node, tokenizer, utf8=utf8, key=key, device=device), relaxed)
+    return narrower_if_too_large(attempt, options, [t.parameters for t in registry.tools])
 
 
 def _check_tokenizer(where: str, tokenizer) -> None:
@@ -135,11 +138,40 @@ def compile_json_schema(schema: dict | bool | str, tokenizer: BaseTokenizer, *, 
     from .compiler import compiled as compiler
     from .schema.build import SchemaOptions, schema_node
     opts = options if options is not None else SchemaOptions()
-    with gc_paused():                   # one pause for the whole compile (automaton.form.gc_paused)
+    key = schema_grammar_key(schema, opts)
+
+    def attempt(o):
         with collect() as relaxed:
-            node = schema_node(schema, opts, separators=(",", ":"), where="<schema>")
-        return noted(compiler.compile_node(node, tokenizer, utf8=True, key=schema_grammar_key(schema, opts),
-                                           device=device), relaxed)
+            node = schema_node(schema, o, separators=(",", ":"), where="<schema>")
+        return noted(compiler.compile_node(node, tokenizer, utf8=True, key=key, device=device), relaxed)
+    with gc_paused():                   # one pause for the whole compile (automaton.form.gc_paused)
+        return narrower_if_too_large(attempt, opts, [schema])
+
+
+def narrower_if_too_large(attempt, options: SchemaOptions | None, schemas: list) -> CompiledGrammar:
+    """attempt(options); if its automaton passes a size limit (GrammarBuildError) and one of `schemas` writes keys
+    beside declared properties (SchemaOptions.other_keys), attempt again without them: each such object is then
+    closed, a narrowing its grammar's relaxations report. The key stays the caller's: the same arguments give the
+    same table."""
+    from .automaton.nfa import GrammarBuildError
+    from .schema.build import SchemaOptions
+    from .schema.objects import writes_other_keys
+    from .table.trie import pairs_budget
+    opts = options if options is not None else SchemaOptions()
+    if not opts.other_keys or not any(writes_other_keys(s, opts.open_objects) for s in schemas):
+        return attempt(options)
+    try:
+        with pairs_budget(OTHER_KEYS_PAIRS):
+            return attempt(options)
+    except GrammarBuildError:
+        pass
+    return attempt(dataclasses.replace(opts, other_keys=False))
+
+
+# live token prefixes the walk of a grammar with keys beside declared properties may carry (table/trie.py) before
+# it is compiled again without them: a third of the limit, so that a refused first attempt costs a fraction of
+# the compile that follows it
+OTHER_KEYS_PAIRS = 4_000_000
 
 
 def compile_grammars(items: list, tokenizer: BaseTokenizer, *, format: str = "seed", max_string: int = 256,
@@ -160,8 +192,6 @@ def compile_grammars(items: list, tokenizer: BaseTokenizer, *, format: str = "se
         if not isinstance(item, ToolRegistry) and not hasattr(item, "grammar_node"):
             raise RegistryError(f"compile_grammars: item {i} is a {type(item).__name__}, not a ToolRegistry "
                                 f"(or a batchmask.run.schema_task.SchemaTask)")
-    with collect() as relaxed:
-        nodes = [item_node(item, format, max_string, utf8, options) for item in items]
     keys = [item_key(item, format, max_string, utf8, options) for item in items]
     from .compiler import compiled as compiler
     if len(items) == 1:
@@ -170,7 +200,14 @@ def compile_grammars(items: list, tokenizer: BaseTokenizer, *, format: str = "se
             return compile_grammar(item, tokenizer, format=format, max_string=max_string, utf8=utf8,
                                    options=options, device=device)
         return item.compile(tokenizer, device)
-    return noted(compiler.compile_node(nodes, tokenizer, utf8=utf8, key=grammars_key(keys), device=device), relaxed)
+
+    def attempt(opts):
+        with collect() as relaxed:
+            nodes = [item_node(item, format, max_string, utf8, opts) for item in items]
+        return noted(compiler.compile_node(nodes, tokenizer, utf8=utf8, key=grammars_key(keys), device=device),
+                     relaxed)
+    registries = [item for item in items if isinstance(item, ToolRegistry)]       # a schema task has its options
+    return narrower_if_too_large(attempt, options, [t.parameters for r in registries for t in r.tools])
 
 
 def noted(grammar: CompiledGrammar, relaxed: list) -> CompiledGrammar:

@@ -163,8 +163,9 @@ def json_values():
 
 # --- reference schemas ---------------------------------------------------------------------------
 def closed(schema):
-    """The schema with `additionalProperties: false` on every object of declared properties (batchmask's object
-    semantics); a map (`additionalProperties` a schema, no `properties`) keeps it, its values closed in turn."""
+    """The schema with `additionalProperties: false` on every object of declared properties that says nothing of
+    others (batchmask's object semantics); `additionalProperties` true or a schema is kept (a map, or keys beside
+    declared properties), its values closed in turn."""
     if isinstance(schema, list):
         return [closed(s) for s in schema]
     if not isinstance(schema, dict):
@@ -174,8 +175,10 @@ def closed(schema):
     for k in ("properties", "patternProperties", "$defs", "definitions"):
         if k in schema:
             out[k] = {p: closed(v) for p, v in schema[k].items()}
-    if isinstance(schema.get("additionalProperties"), dict) and "properties" not in schema:    # a map: its values
+    if isinstance(schema.get("additionalProperties"), dict):                    # a map, or keys beside properties
         out["additionalProperties"] = closed(schema["additionalProperties"])
+    elif schema.get("additionalProperties") is True:
+        pass
     elif schema.get("type") == "object" or "properties" in schema:
         out["additionalProperties"] = False
     return out

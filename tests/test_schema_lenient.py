@@ -187,3 +187,41 @@ def test_a_finished_call_outside_the_schema_is_recorded_invalid_naming_why():
     assert call is None and "tool 'tag', arguments at #/tags: " in why and "non-unique" in why, why
     call, why = parse_call('{"name":"tag","arguments":{"tags":["a","b"]}}', registry, format="json")
     assert why is None and call["arguments"] == {"tags": ["a", "b"]}
+
+
+def test_open_objects_reach_the_grammar_the_call_check_and_the_grammar_file_check(tmp_path, capsys):
+    """--open-objects (SchemaOptions.open_objects): the compiled grammar takes a key the schema does not declare,
+    parse_call validates such a call openly (jsonschema: the schema as written), and a --grammar file compiled
+    without the flag is refused by a run with it, naming the flag."""
+    import json
+
+    from batchmask.run.cli import main
+    from batchmask.run.cli_format import Parser
+    from batchmask.run.cli_grammar import GrammarFile, schema_args
+    from batchmask.schema.build import SchemaOptions
+    from batchmask.tools.prompt import parse_call
+    from batchmask.tools.registry import ToolRegistry
+    entries = [{"type": "function", "function": {"name": "tag", "parameters": {
+        "type": "object", "required": ["t"], "properties": {"t": {"type": "string"}}}}}]
+    extra = '{"name":"tag","arguments":{"t":"x","zz":1}}'
+    closed, opened = ToolRegistry.from_obj(entries), ToolRegistry.from_obj(entries, options=SchemaOptions(
+        open_objects=True))
+    assert parse_call(extra, closed, format="json")[0] is None
+    assert parse_call(extra, opened, format="json") == ({"name": "tag", "arguments": {"t": "x", "zz": 1}}, None)
+    from batchmask.api import call_node
+    from batchmask.schema.nodes import node_accepts
+    assert node_accepts(call_node(opened, "json", 256, SchemaOptions(open_objects=True)), extra.encode())
+    assert not node_accepts(call_node(closed, "json", 256, SchemaOptions()), extra.encode())
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps(entries))
+    out = tmp_path / "g.pt"
+    assert main(["compile", "--tools", str(tools), "--format", "json", "--out", str(out)]) == 0
+    capsys.readouterr()
+    p = Parser(prog="t")
+    schema_args(p)
+    p.add_argument("--format")
+    p.add_argument("--bytes", action="store_true")
+    p.add_argument("--max-string", type=int, default=256)
+    args = p.parse_args(["--format", "json", "--open-objects"])
+    with pytest.raises(ValueError, match="compiled without --open-objects, this run has --open-objects"):
+        GrammarFile.read(out).check_flags(opened, args)

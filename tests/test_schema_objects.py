@@ -53,6 +53,16 @@ def test_object_keywords_match_llguidance_and_validate(schema):
     walks_agree(schema, OPTIONS, seed=5, max_finish=12)
 
 
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "properties": {"a": I, "b": B}, "additionalProperties": S},
+    {"type": "object", "properties": {"id": I, "name": S}, "required": ["id"], "additionalProperties": True}])
+def test_keys_beside_declared_properties_match_llguidance(schema):
+    """additionalProperties beside declared properties, told to llguidance as the narrowing writes it (a
+    patternProperties of keys whose first character starts no declared name: test_schema_oracle.explicit); other
+    keys without a count cap, as llguidance has none."""
+    walks_agree(schema, SchemaOptions(max_string_length=6, mode="strict"), seed=3, max_finish=12)
+
+
 @pytest.mark.parametrize("case", [0, 5, 8, 12])
 def test_object_keywords_match_llguidance_on_llama2(case):
     walks_agree(CASES[case], OPTIONS, name="llama2", seed=7, walks=4, max_finish=12)
@@ -107,6 +117,56 @@ def test_in_the_language_exactly_when_valid(schema):
         assert node_accepts(node, text) == valid, (value, valid)
         seen += valid
     assert seen >= 3                  # the sample reaches the language
+
+
+OTHER_KEYS = [{"type": "object", "properties": {"a": I, "b": B}, "additionalProperties": S},
+              {"type": "object", "properties": {"a": I, "x5": S}, "required": ["a"], "additionalProperties": {}},
+              {"type": "object", "properties": {"": I, "z": B}, "additionalProperties": True, "maxProperties": 2}]
+
+
+@pytest.mark.parametrize("schema", OTHER_KEYS, ids=range(len(OTHER_KEYS)))
+def test_keys_beside_declared_properties_are_written(schema):
+    """additionalProperties `true` or a schema beside `properties` is honoured (schema/objects.py _other_keys): a
+    value is in the language exactly when jsonschema accepts it (the schema as given: open), its declared
+    properties come first in declared order, and each other key starts with a character no declared name starts
+    with (the narrowing that keeps them apart)."""
+    node = schema_node(schema, OPTIONS)
+    validator = jsonschema.Draft202012Validator(schema)
+    firsts = {n[:1] for n in schema["properties"] if n}
+    seen_other = 0
+    for value in itertools.chain(_objects(schema, 2, 3000), [{}, {"": 1}, {"a": 1, "": "x"}]):
+        others = [k for k in value if k not in schema["properties"]]
+        if not _written_order(schema, value) or len(others) > 3:
+            continue
+        text = json.dumps(value, separators=(",", ":")).encode()
+        written = validator.is_valid(value) and not any(k[:1] in firsts for k in others if k) \
+            and ("" not in schema["properties"] or "" not in others)
+        assert node_accepts(node, text) == written, (value, written)
+        seen_other += written and bool(others)
+    assert seen_other >= 3
+
+
+def test_keys_beside_declared_properties_give_way_when_the_automaton_is_too_large(monkeypatch):
+    """A grammar whose other keys pass the walk's budget is compiled again without them (api.narrower_if_too_large):
+    closed objects, each reported as a narrowing (in strict mode too), under the caller's key."""
+    from test_schema_unbounded import accepted, tokenizer
+
+    import batchmask.api as api
+    schema = {"type": "object", "properties": {"a": I}, "additionalProperties": B}
+    assert accepted(schema, '{"a":1,"zz":true}')
+    monkeypatch.setattr(api, "OTHER_KEYS_PAIRS", 10)
+    for mode in ("lenient", "strict"):
+        g = api.compile_json_schema(schema, tokenizer(), options=SchemaOptions(mode=mode))
+        assert [(r["keyword"], r["pointer"], r["kind"]) for r in g.relaxations] == \
+            [("additionalProperties", "#/additionalProperties", "narrowed")]
+        assert g.meta["key"] == api.schema_grammar_key(schema, SchemaOptions(mode=mode))
+        ids = tokenizer().encode('{"a":1,"zz":true}', bos=False, prefix_space=False)
+        state = g.start
+        for i in ids:
+            state = int(g.next_state([state], [i])[0])
+            if state < 0:
+                break
+        assert state < 0                                           # the other key is refused
 
 
 # --- refusals -------------------------------------------------------------------------------------------
@@ -240,3 +300,41 @@ def test_random_counted_objects_are_exact(schema, seed):
             continue
         text = json.dumps(value, separators=(",", ":")).encode()
         assert node_accepts(node, text) == validator.is_valid(value), (value, validator.is_valid(value))
+
+
+OPEN = SchemaOptions(max_items=3, max_string_length=6, mode="strict", open_objects=True)
+
+
+@pytest.mark.parametrize("schema", [{"type": "object", "properties": {"a": I, "b": B}},
+                                    {"type": "object", "properties": {"a": I}, "required": ["a"],
+                                     "additionalProperties": False},
+                                    {"type": "object"}])
+def test_open_objects_read_an_object_as_the_specification_does(schema):
+    """SchemaOptions.open_objects: an object that says nothing of additionalProperties takes other keys (as `true`:
+    after the declared ones, first character starting no declared name); an explicit false stays closed. Judged by
+    jsonschema on the schema as given, and by the validation a run uses (schema.validate.check, closed=False)."""
+    from batchmask.schema.validate import check
+    node = schema_node(schema, OPEN)
+    validator = jsonschema.Draft202012Validator(schema)
+    firsts = {n[:1] for n in schema.get("properties", {}) if n}
+    seen_other = 0
+    for value in itertools.chain(_objects(schema, 4, 2000), [{}, {"zz": [1]}]):
+        others = [k for k in value if k not in schema.get("properties", {})]
+        if not _written_order(schema, value) or len(others) > 3 or any(isinstance(v, str) and len(v) > 6
+                                                                        for v in value.values()):
+            continue
+        text = json.dumps(value, separators=(",", ":")).encode()
+        written = validator.is_valid(value) and not any(k[:1] in firsts for k in others if k)
+        assert node_accepts(node, text) == written, (value, written)
+        if written:
+            assert check(value, schema, closed=False) is None
+        seen_other += written and bool(others)
+    assert seen_other >= 3 or schema.get("additionalProperties") is False
+
+
+def test_a_schema_task_validates_open_objects_openly():
+    from batchmask.run.schema_task import SchemaTask
+    schema = {"type": "object", "properties": {"a": I}}
+    assert SchemaTask(schema).parse('{"a":1,"zz":2}')[1] is not None                   # closed by default
+    assert SchemaTask(schema, options=SchemaOptions(open_objects=True)).parse('{"a":1,"zz":2}') == \
+        ({"a": 1, "zz": 2}, None)

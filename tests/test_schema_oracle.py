@@ -208,6 +208,13 @@ def explicit(schema, options):
         out["additionalProperties"] = False
         _cap(out, schema, options, "maxProperties", "minProperties")
     elif "object" in types or "properties" in schema:
+        extra = schema.get("additionalProperties")      # true or a schema beside properties: keys beside them,
+        beside = schema.get("properties") and (extra is True or isinstance(extra, dict)) and options.other_keys
+        if beside:                                      # those whose first character starts no declared name
+            firsts = "".join(sorted({re.escape(n[0]) for n in schema["properties"] if n}))
+            rest = "*" if options.max_string_length is None else "{0,%d}" % (options.max_string_length - 1)
+            key = ("^(?:[^%s][\\s\\S]%s)?$" % (firsts, rest)) if firsts else "^[\\s\\S]%s$" % rest
+            out["patternProperties"] = {key: explicit(extra, options)}
         out["additionalProperties"] = False
     if ("string" in types or "minLength" in schema) and "maxLength" not in schema and "format" not in schema \
             and "pattern" not in schema and "enum" not in schema and "const" not in schema:

@@ -20,6 +20,7 @@ from ..text import printable, say_error, say_warning
 from . import interrupts, limits
 from .cli_format import Parser as _Parser
 from .cli_format import Version as _Version
+from .cli_grammar import schema_args
 from .fingerprint import run_file_fields
 from .limits import float_arg, int_arg
 from .loading import (  # noqa: F401
@@ -285,16 +286,6 @@ def _format_arg(p):
                         '</tool_call> (Hermes, Qwen2.5)')
 
 
-
-def _schema_mode_arg(p):
-    """The grammar's reading of typed tools' schemas (docs/json-schema.md)."""
-    p.add_argument("--schema-mode", choices=("lenient", "strict"), default="lenient",
-                   help="what a schema keyword the grammar cannot write exactly (uniqueItems, not, an overlapping "
-                        "oneOf, ...) does (default %(default)s): lenient compiles the nearest superset, warns once "
-                        "per keyword and validates each finished call; strict refuses the tool file, naming keyword "
-                        "and pointer")
-
-
 def _system_arg(p):
     p.add_argument("--system", help="a system message before each task (models with a chat template; before a "
                    "JSONL task's own messages, with a warning if they hold one)")
@@ -343,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the text the grammar forces (a call's frame, the rest of a unique name, required "
                         "keys) at once, several tokens a row in one forward pass (batchmask/run/jump.py)")
     _format_arg(g)
-    _schema_mode_arg(g)
+    schema_args(g)
     _system_arg(g)
     _choice_args(g)
     g.add_argument("--bytes", action="store_true", help="the seed's byte rule instead of whole UTF-8 characters")
@@ -376,7 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--bytes", action="store_true", help="the seed's byte rule instead of whole UTF-8 characters")
     _choice_args(c)
     _format_arg(c)
-    _schema_mode_arg(c)
+    schema_args(c)
     c.add_argument("--device", default="cpu", help="where the table is built and checked: cpu, cuda or cuda:N")
     c.add_argument("--out", help="cache file to write")
     c.set_defaults(func=cmd_compile)

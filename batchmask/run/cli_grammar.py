@@ -6,6 +6,7 @@ checked against the run's own flags.
     GrammarFile.read(path)                   a `--grammar` file's settings (one line if it is no cache file)
     .check_flags(registry, args)             before the model loads: the flag that differs, by name
     .check_vocab(tokenizer)                  once the tokenizer is loaded: --tokenizer / --eos-id
+    schema_args(parser)                      the flags of the schemas' reading: --schema-mode, --open-objects
 
 The loader (CompiledGrammar.load) checks the same file field by field in its own terms (`key`, `utf8`,
 `vocab_hash`); these checks come first and say it in the terms a person typed: the CLI flag and short values.
@@ -184,10 +185,15 @@ class GrammarFile:
                         f"the file's are {_cut(theirs)}, this run's {_cut(ours)}")
                 raise ValueError(f"--grammar {self.path}: compiled for other tools (--tools): {what}")
             if flag == "options":
-                mode = (have or {}).get("mode") if isinstance(have, dict) else None
+                theirs = have if isinstance(have, dict) else {}
+                mode, opened = theirs.get("mode"), theirs.get("open_objects")
                 if mode and mode != options.mode:
                     raise ValueError(f"--grammar {self.path}: compiled with --schema-mode {mode}, this run has "
                                      f"--schema-mode {options.mode}")
+                if opened is not None and opened != options.open_objects:
+                    raise ValueError(f"--grammar {self.path}: compiled {'with' if opened else 'without'} "
+                                     f"--open-objects, this run {'has' if options.open_objects else 'has no'} "
+                                     "--open-objects")
                 raise ValueError(f"--grammar {self.path}: compiled with other schema options (by the library or "
                                  "another batchmask version); compile it again with `batchmask compile`")
             if flag == "--bytes":
@@ -225,3 +231,18 @@ def _tool_names(setting) -> list[str]:
 def _cut(names: list[str], limit: int = 80) -> str:
     text = ", ".join(names) if names else "none recorded"
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def schema_args(p):
+    """The flags of the grammar's reading of typed tools' schemas (docs/json-schema.md); run/loading.py
+    schema_options reads them."""
+    p.add_argument("--schema-mode", choices=("lenient", "strict"), default="lenient",
+                   help="what a schema keyword the grammar cannot write exactly (uniqueItems, not, an overlapping "
+                        "oneOf, ...) does (default %(default)s): lenient compiles the nearest superset, warns once "
+                        "per keyword and validates each finished call; strict refuses the tool file, naming keyword "
+                        "and pointer")
+    # default None, not False: a run without the flag keeps the fingerprint runs had before it existed
+    p.add_argument("--open-objects", action="store_true", default=None,
+                   help="read an object schema that says nothing of additionalProperties as the JSON Schema "
+                        "specification does (other keys allowed, after the declared ones) instead of closed, as "
+                        "OpenAI's strict function calling reads it")

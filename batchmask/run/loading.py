@@ -91,9 +91,10 @@ def load_model_and_tokenizer(checkpoint, tokenizer_path, device, dtype, max_cont
 
 
 def schema_options(args):
-    """The schema options of a command's flags: --schema-mode (lenient, the default, or strict)."""
+    """The schema options of a command's flags: --schema-mode (lenient, the default, or strict), --open-objects."""
     from ..schema.base import SchemaOptions
-    return SchemaOptions(mode=getattr(args, "schema_mode", None) or "lenient")
+    return SchemaOptions(mode=getattr(args, "schema_mode", None) or "lenient",
+                         open_objects=bool(getattr(args, "open_objects", False)))
 
 
 def load_registry(path, options=None):

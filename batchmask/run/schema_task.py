@@ -80,7 +80,7 @@ class SchemaTask:
             value = loads(text)
         except (json.JSONDecodeError, RecursionError) as e:
             return None, f"not JSON ({e})"
-        reason = check(value, self.schema)
+        reason = check(value, self.schema, closed=not self.options.open_objects)
         if reason:
             return None, f"schema: at {reason}"
         try:

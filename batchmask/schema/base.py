@@ -62,6 +62,8 @@ RELAXED = {
     "format": (SUPERSET, "not written: any string of the allowed length"),
     "unevaluatedProperties": (NARROWED, "only declared properties are written (closed objects)"),
     "$ref": (SUPERSET, "a reference outside the document is written as any JSON value"),
+    "additionalProperties": (NARROWED, "keys beside the declared properties are not written: the automaton with "
+                                       "them passed its size limits (SchemaOptions.other_keys)"),
 }
 MODES = ("lenient", "strict")
 
@@ -112,6 +114,13 @@ class SchemaOptions:
                         None: no cap (a loop; `(a?)*` loops as `a*`)
     any_depth           arrays and maps nested inside a value of any type (a schema `true`,
                         `{}` or without a type; an array without items): 0 scalars only       1
+    other_keys          keys beside declared properties where additionalProperties is true  True
+                        or a schema (those whose first character starts no declared name);
+                        False: none (the compile entry points retry so, reporting it, when
+                        the automaton with them passes its size limits)
+    open_objects        the specification's reading of an object that says nothing of       False
+                        additionalProperties: any other key (as `true`); False: closed, as
+                        OpenAI's strict function calling and xgrammar's strict mode read it
     mode                what a keyword the automaton cannot write exactly does (RELAXED):   "lenient"
                         "strict" refuses the schema, naming the keyword and its pointer;
                         "lenient" compiles without it, reports it (Relaxation) and the run
@@ -127,11 +136,16 @@ class SchemaOptions:
     ref_depth: int = 3
     repeat_cap: int | None = None
     any_depth: int = 1
+    other_keys: bool = True
+    open_objects: bool = False
     mode: str = "lenient"
 
     def __post_init__(self):
         if self.mode not in MODES:
             raise ValueError(f"SchemaOptions.mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        for name in ("other_keys", "open_objects"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"SchemaOptions.{name} must be True or False, got {getattr(self, name)!r}")
         for name, low in (("max_string_length", 0), ("int_digits", 1), ("fraction_digits", 0),
                           ("exponent_digits", 0), ("max_items", 0), ("max_depth", 1), ("recursion_depth", 1),
                           ("ref_depth", 1), ("repeat_cap", 1), ("any_depth", 0)):
@@ -189,6 +203,12 @@ class Ctx:
             self.fail(ptr, f"{message} (strict mode; lenient mode compiles it: {keyword!r} {effect})")
         self.relaxed.append(Relaxation(self.where, ptr, keyword, kind, effect, why))
 
+    def narrow(self, ptr: str, keyword: str) -> None:
+        """Note that `keyword` at `ptr` is written narrower, as RELAXED says, in either mode: every value written
+        stays valid (what strict mode refuses is a superset)."""
+        kind, effect = RELAXED[keyword]
+        self.relaxed.append(Relaxation(self.where, ptr, keyword, kind, effect, None, strict_refuses=False))
+
 
 class Unwritten(SchemaError):
     """A SchemaError for a keyword that cannot be written exactly (not a schema that is wrong): `keyword`."""
@@ -208,9 +228,11 @@ class Relaxation:
     kind: str                   # SUPERSET or NARROWED
     effect: str
     why: str | None = None      # what strict mode would have said
+    strict_refuses: bool = True  # False: a narrowing made in either mode (Ctx.narrow)
 
     def line(self) -> str:
-        return f"{self.where}: {self.ptr}: {self.keyword!r} {self.effect} (lenient mode; strict refuses it)"
+        mode = "lenient mode; strict refuses it" if self.strict_refuses else "a narrowing, in either mode"
+        return f"{self.where}: {self.ptr}: {self.keyword!r} {self.effect} ({mode})"
 
     def to_json(self) -> dict:
         return {"where": self.where, "pointer": self.ptr, "keyword": self.keyword, "kind": self.kind,

@@ -1,13 +1,15 @@
 """The `object` type's builder: declared properties, entries of free keys, and the keywords that count or relate keys.
 
 An object is written `{`, its declared `properties` in declared order (each optional one present or absent),
-then entries of free keys (narrowed: never beside declared properties unless `patternProperties` gives them):
+then entries of free keys:
     patternProperties     a key of pattern P (a JSON string its `pattern` generates, schema/regex.py) and a value
                           of P's schema; patterns whose keys may match another pattern of a different schema are
                           refused (schema/overlap.py proves disjointness), as is a declared name one matches
                           (unless the schemas are equal and no pattern key can repeat it), and an
                           `additionalProperties` schema beside them (its keys would be the patterns' complement)
-    additionalProperties  a schema, no `properties`, no `patternProperties`: a map, keys any JSON string
+    additionalProperties  `true` or a schema, no `patternProperties`: without `properties` a map, keys any JSON
+                          string (or `propertyNames`'); beside them, keys whose first character starts no declared
+                          name (narrowed, `_other_keys`; with `propertyNames` too: none); absent or false: none
     propertyNames         the keys' string schema (met with each pattern; declared names it refuses never written)
 Free keys are not kept distinct (duplicate names are JSON; a reader takes the last), so they count towards
 `minProperties` at most once: a minimum that needs two free keys is refused. `minProperties` / `maxProperties`
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from ..grammar.nodes import Node, Repeat
+from ..grammar.nodes import JsonStr, Node, Repeat
 from .base import ITEMS_CEILING, Ctx, Empty, count, is_annotation
 from .base import ptr as jp
 from .json_values import json_equal, json_literal
@@ -27,6 +29,7 @@ from .nodes import alt, lit, node_accepts, opt, seq
 from .overlap import disjoint
 from .regex import PatternError, pattern_node
 from .siblings import merge
+from .strings import char_node, complement
 
 MAX_STATES = 4096                 # chain states of one object's counts and dependencies
 _PLAIN_NAMES = {"type", "pattern", "minLength", "maxLength", "enum", "const"}
@@ -48,6 +51,8 @@ def object_node(schema: dict, ptr: str, ctx: Ctx, inner: Ctx) -> Node:
     extra = schema.get("additionalProperties")
     if extra is not None and not isinstance(extra, (bool, dict)):
         ctx.fail(jp(ptr, "additionalProperties"), "'additionalProperties' must be a boolean or a schema")
+    if extra is None and ctx.options.open_objects:
+        extra = True                                      # the specification's reading (SchemaOptions.open_objects)
     patterns = schema.get("patternProperties", {})
     if not isinstance(patterns, dict):
         ctx.fail(jp(ptr, "patternProperties"), "'patternProperties' must be an object of schemas")
@@ -134,11 +139,16 @@ def _free_entries(schema, patterns: dict, extra, props: dict, names, ptr: str, c
     if names is False:
         return []
     if not patterns:
-        if not isinstance(extra, dict) or props:
-            return []                                     # narrowed: no key beyond the declared ones
+        if extra is None or extra is False:
+            return []                                     # closed (the default reading of an absent one)
+        if props and names != {"type": "string"}:
+            return []                                     # narrowed: propertyNames beside declared properties
+        if props and not ctx.options.other_keys:          # the compile's retry (api.py): noted, in either mode
+            ctx.narrow(jp(ptr, "additionalProperties"), "additionalProperties")
+            return []
         try:
-            return [(None, ctx.build(names, jp(ptr, "propertyNames"), ctx),
-                     ctx.build(extra, jp(ptr, "additionalProperties"), inner))]
+            key = _other_keys(props, ctx) if props else ctx.build(names, jp(ptr, "propertyNames"), ctx)
+            return [] if key is None else [(None, key, ctx.build(extra, jp(ptr, "additionalProperties"), inner))]
         except Empty:
             return []
     if isinstance(extra, dict) and not all(is_annotation(k) for k in extra):
@@ -175,6 +185,34 @@ def _free_entries(schema, patterns: dict, extra, props: dict, names, ptr: str, c
                               "schema differs (such a key must meet both): not supported")
         out.append((p, key, value))
     return out
+
+
+def writes_other_keys(schema, open_objects: bool = False) -> bool:
+    """Whether `schema` (any subschema of it) declares properties beside an `additionalProperties` of `true` or a
+    schema (or none, read open): keys beside them are written (SchemaOptions.other_keys), at every place an
+    optional property may end."""
+    if isinstance(schema, dict):
+        extra = schema.get("additionalProperties", True if open_objects else None)
+        if isinstance(schema.get("properties"), dict) and schema["properties"] and (extra is True or
+                                                                                     isinstance(extra, dict)):
+            return True
+        return any(writes_other_keys(v, open_objects) for v in schema.values())
+    return isinstance(schema, list) and any(writes_other_keys(v, open_objects) for v in schema)
+
+
+def _other_keys(declared: dict, ctx: Ctx) -> Node | None:
+    """The keys of `additionalProperties` beside declared properties, quotes included (None: none), narrowed to
+    those whose first character starts no declared name (and the empty key, unless declared). No such key is a
+    declared name, in any spelling (char_node writes a character only as itself), and the automaton tells the
+    two kinds apart at that first character: an exact "any string but these names" would carry every name's
+    spelling through a free string at every key position of the object, thousands of tokens legal in each."""
+    firsts = [(ord(n[0]), ord(n[0])) for n in declared if n]
+    first = char_node(complement(firsts))
+    cap = ctx.options.max_string_length
+    body = [] if "" in declared else [lit(b"")]
+    if first is not None:
+        body.append(seq(first, JsonStr(0, None if cap is None else max(cap - 1, 0))))
+    return seq(lit(b'"'), alt(*body), lit(b'"')) if body else None
 
 
 def _check_declared(name: str, sub, patterns: dict, free: list, ptr: str, ctx: Ctx) -> None:

@@ -8,6 +8,8 @@ of d + 1 bytes, sorted by (parent, byte), so a node's children are one contiguou
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,6 +21,18 @@ from ..automaton.nfa import GrammarBuildError
 # seconds to minutes, so it is refused instead. The largest JSONSchemaBench schemas we measured walk ~8M
 # (JsonSchemaStore templatesources: 20M before Repeats of wide byte items became blocks, automaton/runs.py)
 MAX_PAIRS = 12_000_000
+_BUDGET = contextvars.ContextVar("pairs_budget", default=MAX_PAIRS)
+
+
+@contextlib.contextmanager
+def pairs_budget(n: int):
+    """Walks inside the block are refused past n live pairs (at most MAX_PAIRS): a first attempt that has a
+    cheaper fallback (api.narrower_if_too_large) gives up sooner."""
+    token = _BUDGET.set(min(n, MAX_PAIRS))
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
 
 
 @dataclass
@@ -112,14 +126,14 @@ def walk(trie: VocabTrie, delta: np.ndarray, byte_class: np.ndarray, src: np.nda
     by_pair = np.argsort(inverse, kind="stable")              # the edges of pair 0, then of pair 1, ...
     start = np.cumsum(count) - count
     n = count[pair]                                           # each found token goes to every edge of its pair
-    if int(n.sum()) > MAX_PAIRS:                              # as many (state, token) moves as the walk could find
+    if int(n.sum()) > _BUDGET.get():                          # as many (state, token) moves as the walk could find
         _refuse(src)
     return (src[by_pair[_spread(start[pair], n)]], np.repeat(tok, n), np.repeat(nxt, n))
 
 
 def _refuse(src: np.ndarray):
     raise GrammarBuildError(
-        f"grammar: more than {MAX_PAIRS} token prefixes live out of its {len(np.unique(src))} explicit states "
+        f"grammar: more than {_BUDGET.get()} token prefixes live out of its {len(np.unique(src))} explicit states "
         "(states where thousands of tokens are legal, many of them: a string whose alternatives stay open side by "
         "side, such as pattern alternatives, written out again for every array item and property)")
 
@@ -138,10 +152,11 @@ def _walk_distinct(trie: VocabTrie, delta: np.ndarray, byte_class: np.ndarray, s
     who, node, cur = src[ok], node[ok], after[ok].astype(wide)
     out_src, out_tok, out_next = [], [], []
     found = tried = 0
+    limit = _BUDGET.get()
     for d, lv in enumerate(trie.levels):
         n = lv.end_n[node]                                     # the tokens spelled by these prefixes end here
         found += len(node)                                     # the work: live (edge, prefix) pairs walked
-        if found > MAX_PAIRS or tried > 2 * MAX_PAIRS:
+        if found > limit or tried > 2 * limit:
             _refuse(states)
         out_tok.append(lv.end_tok[_spread(lv.end_at[node], n)])
         out_src.append(np.repeat(who, n))
@@ -150,7 +165,7 @@ def _walk_distinct(trie: VocabTrie, delta: np.ndarray, byte_class: np.ndarray, s
             break
         n = lv.child_n[node]
         tried += int(n.sum())                                  # the children stepped (most die at once)
-        if tried > 2 * MAX_PAIRS:
+        if tried > 2 * limit:
             continue                                           # refused above, before they are spread
         child = _spread(lv.child_at[node], n)
         nxt = flat_delta[np.repeat(cur * K, n) + cls[trie.levels[d + 1].byte[child]]]

@@ -197,7 +197,9 @@ def parse_call(text: str, registry: ToolRegistry, max_string: int | None = None,
         return None, f"{env.args_key!r} is not an object"
     tool = registry[name]
     if is_typed(tool):
-        reason = check(loads(text[len(env.prefix): len(text) - len(env.suffix)])[env.args_key], tool.parameters)
+        closed = not getattr(getattr(registry, "options", None), "open_objects", False)
+        reason = check(loads(text[len(env.prefix): len(text) - len(env.suffix)])[env.args_key], tool.parameters,
+                       closed=closed)
         if reason:
             return None, f"tool {name!r}, arguments at {reason}"
         return {env.name_key: name, env.args_key: args}, None

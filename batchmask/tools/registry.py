@@ -173,6 +173,7 @@ class ToolRegistry:
         rest = [t for t in tools if t.name != ANSWER.name]
         self.tools: tuple[Tool, ...] = tuple(answer or [ANSWER]) + tuple(rest)
         self.source = source
+        self.options = options          # what the calls are read and validated under (SchemaOptions.open_objects)
 
     # --- construction -------------------------------------------------------------------
     @classmethod
