@@ -86,12 +86,13 @@ def _seed_path(compiler):
 
 def compile_grammar(registry: ToolRegistry, tokenizer: BaseTokenizer, *, format: str = "seed", max_string: int = 256,
                     utf8: bool = True, options: SchemaOptions | None = None,
-                    device: str | torch.device = "cpu") -> CompiledGrammar:
+                    device: str | torch.device = "cpu", pack: bool | None = None) -> CompiledGrammar:
     """Compile a call to any tool of `registry`, in `format` (see batchmask.tools.envelope), into a CompiledGrammar.
 
     `tokenizer` needs `token_bytes` (list[bytes], b"" for ids with no text) and `eos_id`
     (optionally `stop_ids`, `vocab_hash()`). `max_string` caps native tools' values (bytes);
-    `options` (batchmask.schema.build.SchemaOptions) sets the caps of typed tools' schemas.
+    `options` (batchmask.schema.build.SchemaOptions) sets the caps of typed tools' schemas. `pack`: the table
+    packed (True), dense (False) or by its size (None; batchmask/table/packed.py).
     """
     get_envelope(format)
     if not isinstance(registry, ToolRegistry):
@@ -100,11 +101,11 @@ def compile_grammar(registry: ToolRegistry, tokenizer: BaseTokenizer, *, format:
     max_string = checks.integer("max_string", max_string, 1)
     from .compiler import compiled as compiler
     if uses_seed_path(registry, format):
-        return _seed_path(compiler)(registry, tokenizer, max_string=max_string, utf8=utf8, device=device)
+        return _seed_path(compiler)(registry, tokenizer, max_string=max_string, utf8=utf8, device=device, pack=pack)
     with collect() as relaxed:
         node = call_node(registry, format, max_string, options)
     key = call_grammar_key(registry, format, max_string, utf8, options)
-    return noted(compiler.compile_node(node, tokenizer, utf8=utf8, key=key, device=device), relaxed)
+    return noted(compiler.compile_node(node, tokenizer, utf8=utf8, key=key, device=device, pack=pack), relaxed)
 
 
 def _check_tokenizer(where: str, tokenizer) -> None:
@@ -118,7 +119,7 @@ def _check_tokenizer(where: str, tokenizer) -> None:
 
 
 def compile_json_schema(schema: dict | bool | str, tokenizer: BaseTokenizer, *, options: SchemaOptions | None = None,
-                        device: str | torch.device = "cpu") -> CompiledGrammar:
+                        device: str | torch.device = "cpu", pack: bool | None = None) -> CompiledGrammar:
     """Compile one JSON value of `schema` (a JSON Schema: dict, or a path-free JSON string) into a CompiledGrammar.
 
     Serialisation is compact (no whitespace, "," and ":"); objects hold their declared properties
@@ -139,12 +140,12 @@ def compile_json_schema(schema: dict | bool | str, tokenizer: BaseTokenizer, *, 
         with collect() as relaxed:
             node = schema_node(schema, opts, separators=(",", ":"), where="<schema>")
         return noted(compiler.compile_node(node, tokenizer, utf8=True, key=schema_grammar_key(schema, opts),
-                                           device=device), relaxed)
+                                           device=device, pack=pack), relaxed)
 
 
 def compile_grammars(items: list, tokenizer: BaseTokenizer, *, format: str = "seed", max_string: int = 256,
                      utf8: bool = True, options: SchemaOptions | None = None,
-                     device: str | torch.device = "cpu") -> CompiledGrammar:
+                     device: str | torch.device = "cpu", pack: bool | None = None) -> CompiledGrammar:
     """Several tool sets (ToolRegistry) or bare-schema tasks (batchmask.run.schema_task.SchemaTask) compiled
     together into one CompiledGrammar: `starts[i]` is where a row constrained by items[i] begins.
 
@@ -168,9 +169,10 @@ def compile_grammars(items: list, tokenizer: BaseTokenizer, *, format: str = "se
         item = items[0]
         if isinstance(item, ToolRegistry):
             return compile_grammar(item, tokenizer, format=format, max_string=max_string, utf8=utf8,
-                                   options=options, device=device)
+                                   options=options, device=device, pack=pack)
         return item.compile(tokenizer, device)
-    return noted(compiler.compile_node(nodes, tokenizer, utf8=utf8, key=grammars_key(keys), device=device), relaxed)
+    return noted(compiler.compile_node(nodes, tokenizer, utf8=utf8, key=grammars_key(keys), device=device,
+                                       pack=pack), relaxed)
 
 
 def noted(grammar: CompiledGrammar, relaxed: list) -> CompiledGrammar:
