@@ -12,6 +12,7 @@ if not torch.cuda.is_available():
 
 import numpy as np
 import pytest
+from batchmask.models.tokenizer import load_tokenizer
 from data_paths import CATALOGUE, data_dir
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,7 +21,6 @@ from batchmask import compile_grammar, compile_json_schema
 from batchmask.compiler.compiled import CompiledGrammar
 from batchmask.compiler.sets import combine
 from batchmask.masker import BatchMasker
-from batchmask.models.tokenizer import load_tokenizer
 from batchmask.table.packed import codes_at, owned_slots, pack, place_rows, row_codes, want_packed
 from batchmask.tools.registry import ToolRegistry
 from tests.kernel_helpers import DEVICE, HAVE_TRITON
@@ -141,16 +141,20 @@ def test_when_to_pack():
 # compiled grammars: packed == dense
 
 def assert_same_grammar(d: CompiledGrammar, p: CompiledGrammar) -> None:
+    """Equal tables (every row written out through the rule, and the decoded class_next where it is small), and
+    equal queries on up to 400 states (the catalogue on GPT-2 has 129K states: [S, V] would be 6 GB)."""
     assert p.packed and not d.packed
-    assert torch.equal(d.class_next, p.class_next)
     assert torch.equal(d.state_row, p.state_row) and torch.equal(d.token_class, p.token_class)
     assert (p.num_rows, p.num_classes) == (d.num_rows, d.num_classes)
-    states = torch.arange(d.num_states)
+    assert torch.equal(row_codes(p, torch.arange(p.num_rows)), d.row_next)
+    if d.num_states <= 20_000:
+        assert torch.equal(d.class_next, p.class_next)
+    states = torch.unique(torch.cat([torch.linspace(0, d.num_states - 1, 400).long(), torch.tensor([d.start])]))
     assert torch.equal(d.allowed(states), p.allowed(states))
-    tokens = torch.randint(-3, d.vocab_size + 3, (d.num_states, 64), generator=torch.Generator().manual_seed(1))
+    tokens = torch.randint(-3, d.vocab_size + 3, (len(states), 64), generator=torch.Generator().manual_seed(1))
     assert torch.equal(d.next_state(states[:, None], tokens), p.next_state(states[:, None], tokens))
     assert torch.equal(d.next_state(states, tokens[:, 0]), p.next_state(states, tokens[:, 0]))
-    assert torch.equal(d.legal_count, p.legal_count) and torch.equal(d.final, p.final)
+    assert torch.equal(d.legal_counts(states), p.legal_counts(states)) and torch.equal(d.final, p.final)
 
 
 def run_masker(g, backend, states, steps=10):
@@ -184,7 +188,7 @@ def test_packed_grammars_equal_dense(vocabs, vocab):
             p.segment_start, p.segment_base))
         rng = np.random.default_rng(len(name))
         states = [d.start, d.done_state] + rng.integers(0, d.num_states - 1, 6).tolist()
-        for backend in backends() if name in ("catalogue", "schema0") else ["torch"]:
+        for backend in backends() if (vocab, name) == ("llama2", "schema0") else ["torch"]:   # the interpreter is slow
             for a, b in zip(run_masker(d, backend, states), run_masker(p, backend, states)):
                 assert torch.equal(a, b), (vocab, name, backend)
 
