@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from batchmask import checks
-from batchmask.device_tables import device_tables
+from batchmask.device_tables import GrammarTableError, device_tables  # noqa: F401 (GrammarTableError: re-exported)
 from batchmask.kernels import choose_cpu, mask_cpu, mask_torch
 from batchmask.kernels.tables import Rows, legal_counts
 
