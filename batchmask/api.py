@@ -86,12 +86,13 @@ def _seed_path(compiler):
 
 def compile_grammar(registry: ToolRegistry, tokenizer: BaseTokenizer, *, format: str = "seed", max_string: int = 256,
                     utf8: bool = True, options: SchemaOptions | None = None,
-                    device: str | torch.device = "cpu") -> CompiledGrammar:
+                    device: str | torch.device = "cpu", pack: bool | None = None) -> CompiledGrammar:
     """Compile a call to any tool of `registry`, in `format` (see batchmask.tools.envelope), into a CompiledGrammar.
 
     `tokenizer` needs `token_bytes` (list[bytes], b"" for ids with no text) and `eos_id`
     (optionally `stop_ids`, `vocab_hash()`). `max_string` caps native tools' values (bytes);
-    `options` (batchmask.schema.build.SchemaOptions) sets the caps of typed tools' schemas.
+    `options` (batchmask.schema.build.SchemaOptions) sets the caps of typed tools' schemas. `pack`: the table
+    packed (True), dense (False) or by its size (None; batchmask/table/packed.py).
     """
     get_envelope(format)
     if not isinstance(registry, ToolRegistry):
@@ -100,13 +101,13 @@ def compile_grammar(registry: ToolRegistry, tokenizer: BaseTokenizer, *, format:
     max_string = checks.integer("max_string", max_string, 1)
     from .compiler import compiled as compiler
     if uses_seed_path(registry, format):
-        return _seed_path(compiler)(registry, tokenizer, max_string=max_string, utf8=utf8, device=device)
+        return _seed_path(compiler)(registry, tokenizer, max_string=max_string, utf8=utf8, device=device, pack=pack)
     key = call_grammar_key(registry, format, max_string, utf8, options)
 
     def attempt(opts):
         with collect() as relaxed:
             node = call_node(registry, format, max_string, opts)
-        return noted(compiler.compile_node(node, tokenizer, utf8=utf8, key=key, device=device), relaxed)
+        return noted(compiler.compile_node(node, tokenizer, utf8=utf8, key=key, device=device, pack=pack), relaxed)
     return narrower_if_too_large(attempt, options, [t.parameters for t in registry.tools])
 
 
@@ -121,7 +122,7 @@ def _check_tokenizer(where: str, tokenizer) -> None:
 
 
 def compile_json_schema(schema: dict | bool | str, tokenizer: BaseTokenizer, *, options: SchemaOptions | None = None,
-                        device: str | torch.device = "cpu") -> CompiledGrammar:
+                        device: str | torch.device = "cpu", pack: bool | None = None) -> CompiledGrammar:
     """Compile one JSON value of `schema` (a JSON Schema: dict, or a path-free JSON string) into a CompiledGrammar.
 
     Serialisation is compact (no whitespace, "," and ":"); objects hold their declared properties
@@ -143,7 +144,8 @@ def compile_json_schema(schema: dict | bool | str, tokenizer: BaseTokenizer, *, 
     def attempt(o):
         with collect() as relaxed:
             node = schema_node(schema, o, separators=(",", ":"), where="<schema>")
-        return noted(compiler.compile_node(node, tokenizer, utf8=True, key=key, device=device), relaxed)
+        return noted(compiler.compile_node(node, tokenizer, utf8=True, key=key, device=device, pack=pack),
+                     relaxed)
     with gc_paused():                   # one pause for the whole compile (automaton.form.gc_paused)
         return narrower_if_too_large(attempt, opts, [schema])
 
@@ -176,7 +178,7 @@ OTHER_KEYS_PAIRS = 4_000_000
 
 def compile_grammars(items: list, tokenizer: BaseTokenizer, *, format: str = "seed", max_string: int = 256,
                      utf8: bool = True, options: SchemaOptions | None = None,
-                     device: str | torch.device = "cpu") -> CompiledGrammar:
+                     device: str | torch.device = "cpu", pack: bool | None = None) -> CompiledGrammar:
     """Several tool sets (ToolRegistry) or bare-schema tasks (batchmask.run.schema_task.SchemaTask) compiled
     together into one CompiledGrammar: `starts[i]` is where a row constrained by items[i] begins.
 
@@ -198,14 +200,14 @@ def compile_grammars(items: list, tokenizer: BaseTokenizer, *, format: str = "se
         item = items[0]
         if isinstance(item, ToolRegistry):
             return compile_grammar(item, tokenizer, format=format, max_string=max_string, utf8=utf8,
-                                   options=options, device=device)
+                                   options=options, device=device, pack=pack)
         return item.compile(tokenizer, device)
 
     def attempt(opts):
         with collect() as relaxed:
             nodes = [item_node(item, format, max_string, utf8, opts) for item in items]
-        return noted(compiler.compile_node(nodes, tokenizer, utf8=utf8, key=grammars_key(keys), device=device),
-                     relaxed)
+        return noted(compiler.compile_node(nodes, tokenizer, utf8=utf8, key=grammars_key(keys), device=device,
+                                           pack=pack), relaxed)
     registries = [item for item in items if isinstance(item, ToolRegistry)]       # a schema task has its options
     return narrower_if_too_large(attempt, options, [t.parameters for r in registries for t in r.tools])
 

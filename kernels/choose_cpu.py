@@ -21,6 +21,7 @@ from batchmask.kernels.mask_cpu import advance_, mask_logits_, row_entries, side
 from batchmask.kernels.tables import Rows, Tables, first_legal_token, legal_counts, legal_mask, next_states, row_ids
 
 from batchmask.table.next_codes import ILLEGAL
+from batchmask.table.packed import row_codes
 
 NEG_INF = float("-inf")
 
@@ -108,7 +109,7 @@ def _greedy(logits: torch.Tensor, state: torch.Tensor, t: Tables, redo: list) ->
 def _legal_at(state: torch.Tensor, t: Tables):
     """allowed(row, ids) for the grammar: row int64 [n], ids int64 [n, K] -> bool [n, K] legal in row's state."""
     def allowed(row: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        codes = t.row_next.index_select(0, t.state_row.index_select(0, state.index_select(0, row)).long())  # [n, C]
+        codes = row_codes(t, t.state_row.index_select(0, state.index_select(0, row)).long())  # [n, C]
         return codes.gather(1, t.token_class.index_select(0, ids.view(-1)).view_as(ids).long()) != ILLEGAL
     return allowed
 

@@ -18,6 +18,7 @@ from batchmask.kernels.short_sides import ShortSides
 from batchmask.kernels.tables import Rows, Tables, legal_counts
 
 from batchmask.table.next_codes import decode_next_np
+from batchmask.table.packed import codes_at_np
 
 NEG_INF = float("-inf")
 _NUMPY_DTYPES = (torch.float32, torch.float16)  # bfloat16 has no numpy dtype: it takes the torch ops
@@ -29,17 +30,19 @@ _NUMPY_DTYPES = (torch.float32, torch.float16)  # bfloat16 has no numpy dtype: i
 def sides_of(t: Tables) -> ShortSides:
     """The tables' short sides (empty at first: rows are listed when a call first steps them), kept on them."""
     if t.sides is None:
-        t.sides = ShortSides(*(x.cpu().numpy() for x in (t.token_class, t.state_row, t.row_next)))
+        token_class, state_row, row_next, row_base, row_check = _np(t)[:3] + _np(t)[6:]
+        t.sides = ShortSides(token_class, state_row, row_next, row_base, row_check, t.num_classes)
     return t.sides
 
 
 def _np(t: Tables) -> tuple:
-    """(token_class, state_row, row_next, targets, segment_start, segment_base) as numpy views, kept on the
-    tables."""
+    """(token_class, state_row, row_next, targets, segment_start, segment_base, row_base, row_check) as numpy
+    views (the last two None for a dense table), kept on the tables."""
     cached = getattr(t, "_np", None)
     if cached is None:
-        cached = t._np = tuple(x.numpy() for x in (t.token_class, t.state_row, t.row_next, t.targets,
-                                                  t.segment_start, t.segment_base))
+        cached = t._np = tuple(None if x is None else x.cpu().numpy()
+                               for x in (t.token_class, t.state_row, t.row_next, t.targets, t.segment_start,
+                                         t.segment_base, t.row_base, t.row_check))
     return cached
 
 
@@ -136,12 +139,12 @@ def advance_(tokens: torch.Tensor, rows: Rows, t: Tables) -> None:
                                                                           rows.fault)):
         mask_torch.advance_(tokens, rows, t)
         return
-    token_class, state_row, row_next, targets, segment_start, segment_base = _np(t)[:6]
+    token_class, state_row, row_next, targets, segment_start, segment_base, row_base, row_check = _np(t)
     V, H = t.vocab_size, rows.history.shape[1]
     tok = tokens.numpy().astype(np.int64, copy=False)                    # [B]
     state, step = rows.state.numpy(), rows.step.numpy()                  # [B] int32 views
     clamped = np.clip(tok, 0, V - 1)
-    code = row_next[state_row[state], token_class[clamped]].astype(np.int64)
+    code = codes_at_np(row_next, row_base, row_check, state_row[state], token_class[clamped]).astype(np.int64)
     nxt = decode_next_np(code, state, targets, segment_start, segment_base)
     ok = (nxt >= 0) & (clamped == tok)
     moved = ok & (state != t.done_state)

@@ -3,7 +3,8 @@ Triton kernels for the batch masker: one launch masks, samples and advances the 
 
 Each kernel has a plain torch twin in `mask_torch.py` that it must equal (tests/test_kernels.py):
   mask      one program per (row, block of V'):  logits = -inf where row_next[state_row[state], token_class[v]] == -1
-            (and where a legal logit is NaN)
+            (and where a legal logit is NaN); a packed table (PACKED, a constexpr: the dense kernels compile as
+            before) reads row_next[row_base[r] + c] and its check (batchmask/table/packed.py)
   advance   one program per block of rows:       state = decode(that code for the token, targets from the base of
             the state's segment), fault on -1
   sample    one program per row: greedy scans V in tiles for the first legal maximum; sampled scans V once for
@@ -62,10 +63,29 @@ def _uniform_kernel(out_ptr, step_ptr, seed_key, V, BLOCK_V: tl.constexpr):
 # advance: shared by the advance kernel (a block of rows) and the sample kernel (one row)
 
 @triton.jit
-def _code(state_row_ptr, row_next_ptr, s, cls, C, mask):
+def _row_at(r, row_base_ptr, C, mask, PACKED: tl.constexpr):
+    # where row r's columns start in row_next: r * C (dense), row_base[r] (packed: batchmask/table/packed.py)
+    if PACKED:
+        return tl.load(row_base_ptr + r, mask=mask, other=0).to(tl.int64)
+    return r.to(tl.int64) * C
+
+
+@triton.jit
+def _read(row_next_ptr, check_ptr, at, cls, mask, PACKED: tl.constexpr):
+    # the code of class cls in the row starting at `at`; -1 where masked, and (packed) where the slot's check
+    # names another column (batchmask.table.packed.codes_at, the one rule; tests check the two agree)
+    code = tl.load(row_next_ptr + at + cls, mask=mask, other=-1)
+    if PACKED:
+        owner = tl.load(check_ptr + at + cls, mask=mask, other=-1)
+        code = tl.where(owner == cls, code, -1)
+    return code
+
+
+@triton.jit
+def _code(state_row_ptr, row_next_ptr, row_base_ptr, check_ptr, s, cls, C, mask, PACKED: tl.constexpr):
     # the next-state code of (state s, class cls): row_next[state_row[s], cls]; -1 where masked
     r = tl.load(state_row_ptr + s, mask=mask, other=0)
-    return tl.load(row_next_ptr + r.to(tl.int64) * C + cls, mask=mask, other=-1).to(tl.int32)
+    return _read(row_next_ptr, check_ptr, _row_at(r, row_base_ptr, C, mask, PACKED), cls, mask, PACKED).to(tl.int32)
 
 
 @triton.jit
@@ -105,12 +125,13 @@ def _decode_kernel(codes_ptr, states_ptr, targets_ptr, seg_start_ptr, seg_base_p
 
 @triton.jit
 def _advance_rows(row, tok, live, state_ptr, step_ptr, hist_ptr, fault_ptr, token_class_ptr, state_row_ptr,
-                  row_next_ptr, targets_ptr, seg_start_ptr, seg_base_ptr, n_seg, V, C, H, done_state):
+                  row_next_ptr, row_base_ptr, check_ptr, targets_ptr, seg_start_ptr, seg_base_ptr, n_seg, V, C, H,
+                  done_state, PACKED: tl.constexpr):
     # row: int32, tok: int64, live: bool -- all the same shape (a scalar or a block of rows)
     s = tl.load(state_ptr + row, mask=live, other=0)
     in_vocab = (tok >= 0) & (tok < V)  # a padded or negative id is illegal, never an out-of-bounds read
     cls = tl.load(token_class_ptr + tl.where(in_vocab, tok, 0), mask=live & in_vocab, other=0)
-    code = _code(state_row_ptr, row_next_ptr, s, cls, C, live & in_vocab)
+    code = _code(state_row_ptr, row_next_ptr, row_base_ptr, check_ptr, s, cls, C, live & in_vocab, PACKED)
     nxt = _decode_next(code, s, targets_ptr, seg_start_ptr, seg_base_ptr, n_seg)
     ok = nxt >= 0  # out-of-vocabulary ids read -1 above
     moved = ok & (s != done_state)  # a finished row repeating EOS adds nothing to its text
@@ -128,13 +149,14 @@ def _advance_rows(row, tok, live, state_ptr, step_ptr, hist_ptr, fault_ptr, toke
 
 @triton.jit
 def _advance_kernel(tokens_ptr, B, state_ptr, step_ptr, hist_ptr, fault_ptr, token_class_ptr, state_row_ptr,
-                    row_next_ptr, targets_ptr, seg_start_ptr, seg_base_ptr, n_seg, V, C, H, done_state,
-                    BLOCK_B: tl.constexpr):
+                    row_next_ptr, row_base_ptr, check_ptr, targets_ptr, seg_start_ptr, seg_base_ptr, n_seg, V, C, H,
+                    done_state, BLOCK_B: tl.constexpr, PACKED: tl.constexpr):
     row = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     live = row < B
     tok = tl.load(tokens_ptr + row, mask=live, other=0).to(tl.int64)
     _advance_rows(row, tok, live, state_ptr, step_ptr, hist_ptr, fault_ptr, token_class_ptr, state_row_ptr,
-                  row_next_ptr, targets_ptr, seg_start_ptr, seg_base_ptr, n_seg, V, C, H, done_state)
+                  row_next_ptr, row_base_ptr, check_ptr, targets_ptr, seg_start_ptr, seg_base_ptr, n_seg, V, C, H,
+                  done_state, PACKED)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -142,7 +164,7 @@ def _advance_kernel(tokens_ptr, B, state_ptr, step_ptr, hist_ptr, fault_ptr, tok
 
 @triton.jit
 def _mask_kernel(logits_ptr, stride_row, counts_ptr, state_ptr, token_class_ptr, state_row_ptr, row_next_ptr,
-                 row_legal_ptr, V, V_padded, C, BLOCK_V: tl.constexpr):
+                 row_base_ptr, check_ptr, row_legal_ptr, V, V_padded, C, BLOCK_V: tl.constexpr, PACKED: tl.constexpr):
     row = tl.program_id(0)
     blk = tl.program_id(1)
     s = tl.load(state_ptr + row)
@@ -150,7 +172,7 @@ def _mask_kernel(logits_ptr, stride_row, counts_ptr, state_ptr, token_class_ptr,
     in_vocab = v < V
     cls = tl.load(token_class_ptr + v, mask=in_vocab, other=0)
     r = tl.load(state_row_ptr + s)
-    code = tl.load(row_next_ptr + r.to(tl.int64) * C + cls, mask=in_vocab, other=-1)
+    code = _read(row_next_ptr, check_ptr, _row_at(r, row_base_ptr, C, r >= 0, PACKED), cls, in_vocab, PACKED)
     # legal logits are read (a NaN becomes -inf) but never rewritten otherwise: they keep their exact value
     ptrs = logits_ptr + row.to(tl.int64) * stride_row + v
     x = tl.load(ptrs, mask=in_vocab & (code != -1), other=0.0).to(tl.float32)
@@ -177,11 +199,13 @@ def _truncate(G, Z, h):
 
 
 @triton.jit
-def _tile(row_logits, state_r, token_class_ptr, row_next_ptr, v, V, C, inv_temp, GREEDY: tl.constexpr):
-    # the ids v (any shape) of one row: (legal, y) with y = logit (greedy) or logit / T, float32, NaN -> -inf
+def _tile(row_logits, row_at, token_class_ptr, row_next_ptr, check_ptr, v, V, inv_temp, GREEDY: tl.constexpr,
+          PACKED: tl.constexpr):
+    # the ids v (any shape) of one row (its columns at row_at: _row_at): (legal, y) with y = logit (greedy) or
+    # logit / T, float32, NaN -> -inf
     in_v = v < V
     cls = tl.load(token_class_ptr + v, mask=in_v, other=0)
-    code = tl.load(row_next_ptr + state_r.to(tl.int64) * C + cls, mask=in_v, other=-1)
+    code = _read(row_next_ptr, check_ptr, row_at, cls, in_v, PACKED)
     x = tl.load(row_logits + v, mask=in_v, other=float("-inf")).to(tl.float32)
     if not GREEDY:
         x = x * inv_temp
@@ -191,15 +215,16 @@ def _tile(row_logits, state_r, token_class_ptr, row_next_ptr, v, V, C, inv_temp,
 @triton.jit(do_not_specialize=["seed_key"])
 def _sample_kernel(logits_ptr, stride_row, tokens_ptr, counts_ptr,
                    state_ptr, step_ptr, hist_ptr, fault_ptr, key_ptr,
-                   token_class_ptr, state_row_ptr, row_next_ptr, targets_ptr, seg_start_ptr, seg_base_ptr, n_seg,
-                   row_legal_ptr, scratch_ptr, V, C, H, NB, done_state, eos_id, inv_temp, seed_key,
-                   GREEDY: tl.constexpr, BLOCKS: tl.constexpr, K: tl.constexpr):
+                   token_class_ptr, state_row_ptr, row_next_ptr, row_base_ptr, check_ptr, targets_ptr, seg_start_ptr,
+                   seg_base_ptr, n_seg, row_legal_ptr, scratch_ptr, V, C, H, NB, done_state, eos_id, inv_temp,
+                   seed_key, GREEDY: tl.constexpr, BLOCKS: tl.constexpr, K: tl.constexpr, PACKED: tl.constexpr):
     # one program per row; the vocabulary in tiles of BLOCKS noise blocks of K ids. scratch: float32 [B, NB],
     # each block's G (-inf where the block holds no legal id), read again by the search
     BIG: tl.constexpr = 2147483647
     row = tl.program_id(0)
     s = tl.load(state_ptr + row)
     r = tl.load(state_row_ptr + s)
+    at = _row_at(r, row_base_ptr, C, r >= 0, PACKED)
     key = _row_key(seed_key, tl.load(key_ptr + row), tl.load(step_ptr + row))
     bkey = _mix32(key ^ 0x5BD1E995)  # rng.block_keys (rng.BLOCK_SALT)
     row_logits = logits_ptr + row.to(tl.int64) * stride_row
@@ -212,7 +237,7 @@ def _sample_kernel(logits_ptr, stride_row, tokens_ptr, counts_ptr,
     best_id = tl.full([], 0, tl.int32)             # greedy: its token; sampled: that block
     for start in range(0, V, BLOCKS * K):
         v = start + bb[:, None] * K + jj[None, :]  # [BLOCKS, K]
-        legal, y = _tile(row_logits, r, token_class_ptr, row_next_ptr, v, V, C, inv_temp, GREEDY)
+        legal, y = _tile(row_logits, at, token_class_ptr, row_next_ptr, check_ptr, v, V, inv_temp, GREEDY, PACKED)
         first_legal = tl.minimum(first_legal, tl.min(tl.where(legal, v, BIG)))
         first_inf = tl.minimum(first_inf, tl.min(tl.where(legal & (y == float("inf")), v, BIG)))
         any_finite = tl.maximum(any_finite, tl.max(tl.where(legal & (tl.abs(y) < float("inf")), 1, 0)))
@@ -241,8 +266,8 @@ def _sample_kernel(logits_ptr, stride_row, tokens_ptr, counts_ptr,
         tl.debug_barrier()
         # the best candidate block first; then every other one whose G could still beat the best z so far
         first_blk = best_id
-        legal1, y1 = _tile(row_logits, r, token_class_ptr, row_next_ptr, first_blk * K + jj, V, C, inv_temp,
-                           GREEDY)
+        legal1, y1 = _tile(row_logits, at, token_class_ptr, row_next_ptr, check_ptr, first_blk * K + jj, V, inv_temp,
+                           GREEDY, PACKED)
         h1 = tl.where(tl.abs(y1) < float("inf"), y1, float("-inf")) + _gumbel(_uniform(key, first_blk * K + jj))
         hc1 = tl.where(legal1, h1, float("-inf"))
         hb1 = tl.max(hc1)
@@ -254,7 +279,8 @@ def _sample_kernel(logits_ptr, stride_row, tokens_ptr, counts_ptr,
             visit = (G > float("-inf")) & (G >= best_z) & (blk != first_blk)
             if tl.max(tl.where(visit, 1, 0)) > 0:
                 v2 = blk[:, None] * K + jj[None, :]  # [BLOCKS, K]
-                legal2, y2 = _tile(row_logits, r, token_class_ptr, row_next_ptr, v2, V, C, inv_temp, GREEDY)
+                legal2, y2 = _tile(row_logits, at, token_class_ptr, row_next_ptr, check_ptr, v2, V, inv_temp, GREEDY,
+                                   PACKED)
                 h2 = tl.where(tl.abs(y2) < float("inf"), y2, float("-inf")) + _gumbel(_uniform(key, v2))
                 hc2 = tl.where(legal2, h2, float("-inf"))
                 hb2 = tl.max(hc2, axis=1)  # [BLOCKS]
@@ -271,7 +297,8 @@ def _sample_kernel(logits_ptr, stride_row, tokens_ptr, counts_ptr,
     tl.store(tokens_ptr + row, tok)
     tl.store(counts_ptr + row, tl.load(row_legal_ptr + r))
     _advance_rows(row, tok, row >= 0, state_ptr, step_ptr, hist_ptr, fault_ptr, token_class_ptr, state_row_ptr,
-                  row_next_ptr, targets_ptr, seg_start_ptr, seg_base_ptr, n_seg, V, C, H, done_state)
+                  row_next_ptr, row_base_ptr, check_ptr, targets_ptr, seg_start_ptr, seg_base_ptr, n_seg, V, C, H,
+                  done_state, PACKED)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -289,18 +316,21 @@ def mask_logits_(logits: torch.Tensor, state: torch.Tensor, t: Tables, counts: t
     counts = torch.empty(B, dtype=torch.int32, device=logits.device) if counts is None else counts
     block_v = min(block_v, triton.next_power_of_2(V_padded))
     grid = (B, triton.cdiv(V_padded, block_v))
-    _mask_kernel[grid](logits, logits.stride(0), counts, state, t.token_class, t.state_row, t.row_next,
-                       t.row_legal, t.vocab_size, V_padded, t.num_classes, BLOCK_V=block_v)
+    row_base, check = _layout(t)
+    _mask_kernel[grid](logits, logits.stride(0), counts, state, t.token_class, t.state_row, t.row_next, row_base,
+                       check, t.row_legal, t.vocab_size, V_padded, t.num_classes, BLOCK_V=block_v,
+                       PACKED=t.row_base is not None)
     return counts
 
 
 def advance_(tokens: torch.Tensor, rows: Rows, t: Tables, block_b: int = ADVANCE_BLOCK_B) -> None:
     """Move every row by its token (int [B]); an illegal token leaves the row unchanged and records a fault."""
     B = tokens.numel()
+    row_base, check = _layout(t)
     _advance_kernel[(triton.cdiv(B, block_b),)](
         tokens, B, rows.state, rows.step, rows.history, rows.fault, t.token_class, t.state_row, t.row_next,
-        t.targets, t.segment_start, t.segment_base, t.segment_start.numel(), t.vocab_size, t.num_classes,
-        rows.history.shape[1], t.done_state, BLOCK_B=block_b)
+        row_base, check, t.targets, t.segment_start, t.segment_base, t.segment_start.numel(), t.vocab_size,
+        t.num_classes, rows.history.shape[1], t.done_state, BLOCK_B=block_b, PACKED=t.row_base is not None)
 
 
 def sample_(logits: torch.Tensor, rows: Rows, t: Tables, temperature: float = 0.0, seed: int = 0,
@@ -319,13 +349,26 @@ def sample_(logits: torch.Tensor, rows: Rows, t: Tables, temperature: float = 0.
     scratch = torch.empty(1 if greedy else B * nb, dtype=torch.float32, device=dev)  # [B, nb] each block's G
     keys = rows.key if rows.key is not None else torch.arange(B, device=dev)  # [B] what draws are keyed by
     inv_temp = 1.0 if greedy else 1.0 / temperature
+    row_base, check = _layout(t)
     _sample_kernel[(B,)](
         logits, logits.stride(0), tokens, counts, rows.state, rows.step, rows.history, rows.fault, keys,
-        t.token_class, t.state_row, t.row_next, t.targets, t.segment_start, t.segment_base, t.segment_start.numel(),
-        t.row_legal, scratch, t.vocab_size, t.num_classes,
+        t.token_class, t.state_row, t.row_next, row_base, check, t.targets, t.segment_start, t.segment_base,
+        t.segment_start.numel(), t.row_legal, scratch, t.vocab_size, t.num_classes,
         rows.history.shape[1], nb, t.done_state, t.eos_id, inv_temp, _int32(rng.seed_key(seed)),
-        GREEDY=greedy, BLOCKS=block_v // K, K=K, num_warps=num_warps, enable_fp_fusion=False)
+        GREEDY=greedy, BLOCKS=block_v // K, K=K, PACKED=t.row_base is not None, num_warps=num_warps,
+        enable_fp_fusion=False)
     return tokens, counts
+
+
+def _layout(t: Tables) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row_base int32, row_check int16) for the kernels: the packed table's, or (dense: PACKED is off and they
+    are never read) one-element stand-ins of the same dtypes, kept on the tables."""
+    if t.row_base is not None:
+        return t.row_base, t.row_check
+    if getattr(t, "_stand_ins", None) is None:
+        dev = t.token_class.device
+        t._stand_ins = (torch.zeros(1, dtype=torch.int32, device=dev), torch.zeros(1, dtype=torch.int16, device=dev))
+    return t._stand_ins
 
 
 def uniforms(seed: int, step: torch.Tensor, vocab_size: int, block_v: int = 1024) -> torch.Tensor:
@@ -353,8 +396,8 @@ TABLE_TYPES = {"int16": "*i16", "int32": "*i32"}
 def launch_specs() -> list[dict]:
     """Every specialisation the launchers above compile: for each, the kernel, a label, its signature (Triton
     type per argument), constexprs and compile options. Logits float32 / bfloat16 / float16, tables int16 /
-    int32 (row_next and state_row), greedy and sampled, at the block sizes the launchers choose for a real
-    vocabulary."""
+    int32 (row_next and state_row), dense and packed, greedy and sampled, at the block sizes the launchers choose
+    for a real vocabulary."""
     specs = []
 
     def add(fn, label, types, constexprs, **options):
@@ -366,18 +409,23 @@ def launch_specs() -> list[dict]:
     rows = {"state_ptr": "*i32", "step_ptr": "*i32", "hist_ptr": "*i32", "fault_ptr": "*i64", "key_ptr": "*i64",
             "token_class_ptr": "*i32", "row_legal_ptr": "*i32", "counts_ptr": "*i32",
             "targets_ptr": "*i32", "seg_start_ptr": "*i32", "seg_base_ptr": "*i32",
-            "tokens_ptr": "*i64", "scratch_ptr": "*fp32", "inv_temp": "fp32"}
-    for tname, ttype in TABLE_TYPES.items():
-        for lname, ltype in LOGIT_TYPES.items():
-            types = {**rows, "row_next_ptr": ttype, "state_row_ptr": ttype, "logits_ptr": ltype}
-            add(_mask_kernel, f"logits {lname}, table {tname}", types, {"BLOCK_V": MASK_BLOCK_V})
-            for greedy in (True, False):
-                add(_sample_kernel, f"logits {lname}, table {tname}, {'greedy' if greedy else 'sampled'}", types,
-                    {"GREEDY": greedy, "BLOCKS": SAMPLE_BLOCK_V // gumbel.NOISE_BLOCK, "K": gumbel.NOISE_BLOCK},
-                    num_warps=SAMPLE_NUM_WARPS, enable_fp_fusion=False)
-        for tok in ("i64", "i32"):  # advance takes the caller's integer tokens as they are
-            add(_advance_kernel, f"tokens {'int64' if tok == 'i64' else 'int32'}, table {tname}",
-                {**rows, "row_next_ptr": ttype, "state_row_ptr": ttype, "tokens_ptr": f"*{tok}"},
-                {"BLOCK_B": ADVANCE_BLOCK_B})
+            "tokens_ptr": "*i64", "scratch_ptr": "*fp32", "inv_temp": "fp32",
+            "row_base_ptr": "*i32", "check_ptr": "*i16"}
+    for packed in (False, True):
+        layout = ", packed" if packed else ""
+        for tname, ttype in TABLE_TYPES.items():
+            for lname, ltype in LOGIT_TYPES.items():
+                types = {**rows, "row_next_ptr": ttype, "state_row_ptr": ttype, "logits_ptr": ltype}
+                add(_mask_kernel, f"logits {lname}, table {tname}{layout}", types,
+                    {"BLOCK_V": MASK_BLOCK_V, "PACKED": packed})
+                for greedy in (True, False):
+                    add(_sample_kernel, f"logits {lname}, table {tname}{layout}, {'greedy' if greedy else 'sampled'}",
+                        types, {"GREEDY": greedy, "BLOCKS": SAMPLE_BLOCK_V // gumbel.NOISE_BLOCK,
+                                "K": gumbel.NOISE_BLOCK, "PACKED": packed},
+                        num_warps=SAMPLE_NUM_WARPS, enable_fp_fusion=False)
+            for tok in ("i64", "i32"):  # advance takes the caller's integer tokens as they are
+                add(_advance_kernel, f"tokens {'int64' if tok == 'i64' else 'int32'}, table {tname}{layout}",
+                    {**rows, "row_next_ptr": ttype, "state_row_ptr": ttype, "tokens_ptr": f"*{tok}"},
+                    {"BLOCK_B": ADVANCE_BLOCK_B, "PACKED": packed})
     add(_uniform_kernel, "test hook", {"out_ptr": "*fp32", "step_ptr": "*i32"}, {"BLOCK_V": 1024})
     return specs

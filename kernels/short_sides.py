@@ -30,6 +30,7 @@ import numpy as np
 from batchmask.kernels import gumbel
 
 from batchmask.table.next_codes import ILLEGAL
+from batchmask.table.packed import row_codes_np
 
 BUDGET_BYTES = 64 << 20  # token lists kept per table (16M ids): the catalogue on Qwen2 fully visited needs 35 MB
 
@@ -55,19 +56,24 @@ class ShortSides:
     """
 
     def __init__(self, token_class: np.ndarray, state_row: np.ndarray, row_next: np.ndarray,
+                 row_base: np.ndarray | None, row_check: np.ndarray | None, num_classes: int,
                  budget: int = BUDGET_BYTES):
         self.vocab_size = token_class.size                      # V
         self.num_blocks = gumbel.num_blocks(self.vocab_size)    # nb
         self._token_class = token_class                         # int32 [V]
         self._state_row = state_row                             # int32 [S]
-        self._row_next = row_next                               # int16|int32 [R, C]
+        self._row_next = row_next                               # int16|int32 [R, C] (packed: [N])
+        self._row_base = row_base                               # int32 [R] packed, None dense
+        self._row_check = row_check                             # int16 [N] packed, None dense
+        self._num_rows = row_next.shape[0] if row_base is None else row_base.size   # R
+        self._num_classes = num_classes                         # C
         self.budget = budget
         self.resets = 0                                         # times the store was emptied (tests read it)
         self._layout = None                                     # the class slices, on the first build
         self._empty()
 
     def _empty(self) -> None:
-        self.row_group = np.full(self._row_next.shape[0], -1, dtype=np.int64)  # [R] -1: not listed yet
+        self.row_group = np.full(self._num_rows, -1, dtype=np.int64)  # [R] -1: not listed yet
         self._group_of_set: dict[bytes, int] = {}              # packed legal class set -> group
         self.num_groups, self.num_tokens = 0, 0
         self.few_legal = np.zeros(0, dtype=bool)               # [G]
@@ -103,7 +109,7 @@ class ShortSides:
     def _class_layout(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(token ids sorted by class, stably: int32 [V]; each class's first position int64 [C]; its size [C])."""
         if self._layout is None:
-            C = self._row_next.shape[1]
+            C = self._num_classes
             cls = self._token_class.astype(np.int16) if C <= np.iinfo(np.int16).max else self._token_class
             by_class = np.argsort(cls, kind="stable").astype(np.int32)  # int16 keys: a radix sort
             size = np.bincount(self._token_class, minlength=C).astype(np.int64)
@@ -113,7 +119,8 @@ class ShortSides:
     def _add(self, rows: np.ndarray, force: bool = False) -> bool:
         """List the groups of table rows (int64 [k], distinct, none listed yet). False (nothing changed) if
         the new lists would pass the budget while others are stored, unless force."""
-        sets = self._row_next[rows] != ILLEGAL                  # [k, C] legal classes
+        codes = row_codes_np(self._row_next, self._row_base, self._row_check, rows, self._num_classes)  # [k, C]
+        sets = codes != ILLEGAL                                 # [k, C] legal classes
         keys = [p.tobytes() for p in np.packbits(sets, axis=1)]  # one per new row (at most the call's rows)
         group = np.empty(rows.size, dtype=np.int64)             # [k]
         fresh: dict[bytes, int] = {}                            # sets not stored yet -> index among the new

@@ -19,13 +19,16 @@ def test_every_specialisation_compiles_without_spills(capfd):
     row = re.compile(r"(_\w+)\s+(.+?)\s+(sm_\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)")
     rows = [row.fullmatch(line.strip()).groups() for line in out.splitlines() if line.startswith("_")]
     seen = {(r[0], r[1]) for r in rows}
+    layouts = ("", ", packed")                  # dense and packed tables (batchmask/table/packed.py)
     for logits in ("float32", "bfloat16", "float16"):
         for table in ("int16", "int32"):
-            assert ("_mask_kernel", f"logits {logits}, table {table}") in seen
-            for kind in ("greedy", "sampled"):
-                assert ("_sample_kernel", f"logits {logits}, table {table}, {kind}") in seen
+            for layout in layouts:
+                assert ("_mask_kernel", f"logits {logits}, table {table}{layout}") in seen
+                for kind in ("greedy", "sampled"):
+                    assert ("_sample_kernel", f"logits {logits}, table {table}{layout}, {kind}") in seen
     assert {r[1] for r in rows if r[0] == "_advance_kernel"} == {
-        f"tokens {tok}, table {table}" for tok in ("int64", "int32") for table in ("int16", "int32")}
+        f"tokens {tok}, table {table}{layout}" for tok in ("int64", "int32") for table in ("int16", "int32")
+        for layout in layouts}
     for kernel, label, arch, regs, spills, _shared, cubin in rows:
         assert arch == "sm_90" and int(regs) > 0 and int(spills) == 0 and int(cubin) > 0, (kernel, label)
     assert "no errors, no spills" in out

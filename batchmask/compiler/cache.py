@@ -25,6 +25,8 @@ CACHE_FORMAT = "batchmask-grammar/5"      # 4: absolute codes index a target lis
 #                                           5: ... from the base of the state's segment (value blocks share rows)
 TABLES = ("token_class", "state_row", "row_next", "row_legal", "row_final", "targets", "segment_start",
           "segment_base")
+PACKED = ("row_base", "row_check")        # a packed table's layout (table/packed.py), saved beside num_classes;
+#                                           a file without them (every file before packing) is dense
 
 
 class GrammarCacheError(ValueError):
@@ -97,6 +99,8 @@ def save_grammar(g, path) -> None:
     payload = {"meta": meta, "start": g.start, "eos_id": g.eos_id, "done_state": g.done_state,
                "stop_ids": list(g.stop_ids), "starts": list(g.starts)}
     payload.update({k: getattr(g, k).cpu() for k in TABLES})
+    if getattr(g, "row_base", None) is not None:
+        payload.update({k: getattr(g, k).cpu() for k in PACKED}, num_classes=int(g.num_classes))
     # the vocabulary's bytes too (as tensors: the file loads with weights_only), so that a cache file
     # is usable on its own; with a tokenizer given, load checks it against the recorded hash instead
     lengths = np.fromiter((len(b) for b in g.token_bytes), dtype=np.int64, count=len(g.token_bytes))
@@ -150,12 +154,27 @@ def _short(x) -> str:
     return r if len(r) <= 80 else r[:77] + "..."
 
 
+def packed_fields(t: dict) -> dict:
+    """The CompiledGrammar keyword arguments of a packed table read by check_tables (empty: dense)."""
+    return {k: t[k] for k in PACKED + ("num_classes",) if k in t}
+
+
 def check_tables(path, payload: dict, vocab_size: int) -> dict:
     try:
         t = {k: payload[k] for k in TABLES}
-        S, (R, C), T = t["state_row"].shape[0], t["row_next"].shape, t["targets"].numel()
+        S, T = t["state_row"].shape[0], t["targets"].numel()
+        if "row_base" in payload:                                      # packed (table/packed.py)
+            t.update({k: payload[k] for k in PACKED}, num_classes=int(payload["num_classes"]))
+            R, C, N = t["row_base"].numel(), t["num_classes"], t["row_next"].numel()
+            base, check = t["row_base"], t["row_check"]
+            layout_ok = (t["row_next"].dim() == 1 and base.dim() == 1 and base.dtype == torch.int32
+                         and check.dtype == torch.int16 and check.shape == t["row_next"].shape
+                         and (R == 0 or (int(base.min()) >= 0 and int(base.max()) + C <= N))
+                         and int(check.max()) < C and int(torch.unique(base).numel()) == R)
+        else:
+            (R, C), layout_ok = t["row_next"].shape, True
         start, base = t["segment_start"], t["segment_base"]
-        ok = (t["token_class"].shape == (vocab_size,) and t["row_legal"].shape == (R,)
+        ok = (layout_ok and t["token_class"].shape == (vocab_size,) and t["row_legal"].shape == (R,)
               and t["row_final"].shape == (R,) and t["targets"].dim() == 1
               and 0 <= int(t["token_class"].min()) and int(t["token_class"].max()) < C
               and 0 <= int(t["state_row"].min()) and int(t["state_row"].max()) < R

@@ -33,6 +33,7 @@ from ..grammar.nodes import Alt, Lit, Segment, Seq, Str, tool_path
 from ..table.build import build_tables, far_mask
 from ..table.forced import MAX_TOKENS, ForcedTokens, forced_tokens
 from ..table.next_codes import decode_next
+from ..table.packed import codes_at, row_codes
 from ..table.tokensim import prepare_vocab, stop_ids_of, vocab_hash_of
 from . import cache as cache
 from .cache import CACHE_FORMAT, TABLES, GrammarCacheError
@@ -75,7 +76,8 @@ def automaton_of(node, utf8: bool) -> Automaton:
     return build_node_automaton(node, utf8=utf8)
 
 
-def compile_node(node, tokenizer, *, utf8: bool = True, key: dict, device="cpu") -> CompiledGrammar:
+def compile_node(node, tokenizer, *, utf8: bool = True, key: dict, device="cpu",
+                 pack: bool | None = None) -> CompiledGrammar:
     """Compile a grammar tree against `tokenizer`'s vocabulary into a CompiledGrammar on `device`.
 
     `node` may be a list of trees: then one table holds them all, with a start state each (`starts`, in
@@ -83,7 +85,8 @@ def compile_node(node, tokenizer, *, utf8: bool = True, key: dict, device="cpu")
 
     `tokenizer` needs `token_bytes` (list[bytes], b"" for ids with no text) and `eos_id`; `stop_ids`
     (default (eos_id,)) and `vocab_hash()` are used when present. `key` is a JSON-able dict of what
-    the grammar was built from: cache files record it and `CompiledGrammar.load` checks it.
+    the grammar was built from: cache files record it and `CompiledGrammar.load` checks it. `pack`: store
+    row_next packed (True), dense (False) or by its size (None: batchmask/table/packed.py `want_packed`).
     """
     try:
         json.dumps(key)
@@ -99,12 +102,12 @@ def compile_node(node, tokenizer, *, utf8: bool = True, key: dict, device="cpu")
         torch.set_num_threads(1)
     try:
         with gc_paused():
-            return _compile(node, tokenizer, utf8, key, dev)
+            return _compile(node, tokenizer, utf8, key, dev, pack=pack)
     finally:
         torch.set_num_threads(threads)
 
 
-def _compile(node, tokenizer, utf8, key, dev, automaton=None) -> CompiledGrammar:
+def _compile(node, tokenizer, utf8, key, dev, automaton=None, pack=None) -> CompiledGrammar:
     t0 = time.perf_counter()
     V = len(tokenizer.token_bytes)
     eos_id = int(tokenizer.eos_id)
@@ -112,28 +115,30 @@ def _compile(node, tokenizer, utf8, key, dev, automaton=None) -> CompiledGrammar
         raise ValueError(f"eos_id {eos_id} is outside the vocabulary (size {V})")
     aut = automaton if automaton is not None else automaton_of(node, bool(utf8))
     prep = prepare_vocab(tokenizer, dev)
-    t = build_tables(aut, prep, dev, far=lambda blk, n, d: _far_mask(blk, n, d))
+    t = build_tables(aut, prep, dev, far=lambda blk, n, d: _far_mask(blk, n, d), pack=pack)
     row_next = t["row_next"]
-    store = table_dtype(row_next)
+    store = table_dtype(row_next, len(t["row_legal"]))
     meta = {"format": CACHE_FORMAT, "key": key, "utf8": bool(utf8), "vocab_hash": prep.vocab_hash,
             "vocab_size": V, "stop_ids": list(prep.stop_ids)}            # + the tree as JSON, when saved
     g = CompiledGrammar(t["token_class"].to(torch.int32), t["state_row"].to(store), row_next.to(store),
                         t["row_legal"], t["row_final"], t["targets"].to(torch.int32),
                         t["segment_start"].to(torch.int32), t["segment_base"].to(torch.int32), aut.start, eos_id,
                         t["done_state"],
-                        list(tokenizer.token_bytes), meta, aut, stop_ids=prep.stop_ids, starts=aut.starts)
+                        list(tokenizer.token_bytes), meta, aut, stop_ids=prep.stop_ids, starts=aut.starts,
+                        row_base=t["row_base"], row_check=t["row_check"], num_classes=t["num_classes"])
     g.node = node
     g.compile_seconds = time.perf_counter() - t0
     return g
 
 
-def table_dtype(row_next: torch.Tensor) -> torch.dtype:
-    """The table's integer width, for row_next and state_row alike (the kernels take int16 or int32 tables):
-    int16 where every code and every row index fits, else int32 (table/write.py writes the narrowest already)."""
+def table_dtype(row_next: torch.Tensor, num_rows: int | None = None) -> torch.dtype:
+    """The table's integer width, for row_next (its codes, dense or packed) and state_row alike (the kernels take
+    int16 or int32 tables): int16 where every code and every row index (num_rows, default row_next's first
+    dimension) fits, else int32 (table/write.py writes the narrowest already)."""
     if row_next.dtype == torch.int16:
         return torch.int16
-    lo, hi = int(row_next.min()), int(row_next.max())
-    fits = -32768 <= lo and hi <= 32767 and row_next.shape[0] <= 32767
+    lo, hi = (int(row_next.min()), int(row_next.max())) if row_next.numel() else (-1, -1)
+    fits = -32768 <= lo and hi <= 32767 and (row_next.shape[0] if num_rows is None else num_rows) <= 32767
     return torch.int16 if fits else torch.int32
 
 
@@ -155,10 +160,10 @@ def seed_key(registry: ToolRegistry, max_string: int) -> dict:
 
 
 def compile_seed(registry: ToolRegistry, tokenizer, max_string: int = 256, utf8: bool = True,
-                 device="cpu") -> CompiledGrammar:
+                 device="cpu", pack: bool | None = None) -> CompiledGrammar:
     """Compile the seed's tool-call grammar of `registry` against `tokenizer` (see compile_node)."""
     return compile_node(seed_node(registry, max_string), tokenizer, utf8=utf8,
-                        key=seed_key(registry, max_string), device=device)
+                        key=seed_key(registry, max_string), device=device, pack=pack)
 
 
 compile_grammar = compile_seed     # the seed's entry point (batchmask.compile_grammar adds call formats)
@@ -170,6 +175,8 @@ class CompiledGrammar:
         token_class  int32 [V]       the column each token uses
         state_row    int16 [S]       the row each state uses  } int32 both, if codes or rows need it
         row_next     int16 [R, C]    next-state codes (table/next_codes.py)  }
+                     or int16 [N]    packed (row_base int32 [R], row_check int16 [N]: table/packed.py, the one
+                                     place that layout is read; row_base None: dense)
         row_legal    int32 [R]       how many token ids are legal in a state of each row
         row_final    bool  [R]       the value is complete: every stop id is legal (and leads to done)
         targets      int32 [T]       the states absolute codes name
@@ -177,16 +184,22 @@ class CompiledGrammar:
                                      targets (table/next_codes.py: explicit states at 0, each value block its exits)
     legal_count [S] and final [S] are those per state (row_legal[state_row], row_final[state_row]).
 
-    next_state(s, t) = decode_next(row_next[state_row[s], token_class[t]], s, targets, segments).
+    next_state(s, t) = decode_next(codes_at(state_row[s], token_class[t]), s, targets, segments).
     `class_next` materialises the plain [S, C] table of next states (-1 illegal) on demand.
     `done_state` follows a stop token; there only `eos_id` is legal, back to itself.
     """
 
     def __init__(self, token_class, state_row, row_next, row_legal, row_final, targets, segment_start, segment_base,
-                 start, eos_id, done_state, token_bytes, meta, automaton, stop_ids=None, starts=None):
+                 start, eos_id, done_state, token_bytes, meta, automaton, stop_ids=None, starts=None,
+                 row_base=None, row_check=None, num_classes=None):
         self.token_class = token_class          # int32 [V]
         self.state_row = state_row              # int16/int32 [S]
-        self.row_next = row_next                # int16/int32 [R, C]
+        self.row_next = row_next                # int16/int32 [R, C], or [N] packed
+        self.row_base = row_base                # int32 [R] packed: where each row's columns start; None dense
+        self.row_check = row_check              # int16 [N] packed: the column owning each slot (-1 none)
+        if row_base is not None and num_classes is None:
+            raise ValueError("CompiledGrammar: a packed table needs num_classes")
+        self._num_classes = int(num_classes) if row_base is not None else row_next.shape[1]
         self.row_legal = row_legal              # int32 [R]
         self.row_final = row_final              # bool [R]
         self.targets = targets                  # int32 [T]
@@ -225,11 +238,22 @@ class CompiledGrammar:
 
     @property
     def num_rows(self) -> int:
-        return self.row_next.shape[0]
+        return self.row_legal.shape[0]
 
     @property
     def num_classes(self) -> int:
-        return self.row_next.shape[1]
+        return self._num_classes
+
+    @property
+    def packed(self) -> bool:
+        """row_next is stored packed (table/packed.py)."""
+        return self.row_base is not None
+
+    def packed_fields(self) -> dict:
+        """The keyword arguments that carry the packed layout (empty for a dense table)."""
+        if self.row_base is None:
+            return {}
+        return {"row_base": self.row_base, "row_check": self.row_check, "num_classes": self.num_classes}
 
     @property
     def vocab_size(self) -> int:
@@ -237,8 +261,9 @@ class CompiledGrammar:
 
     @property
     def nbytes(self) -> int:
-        """Device memory held by the grammar's tables."""
-        return sum(getattr(self, k).element_size() * getattr(self, k).numel() for k in TABLES)
+        """Device memory held by the grammar's tables (the packed layout's row_base and row_check included)."""
+        held = [getattr(self, k) for k in TABLES] + [x for x in (self.row_base, self.row_check) if x is not None]
+        return sum(x.element_size() * x.numel() for x in held)
 
     @property
     def legal_count(self) -> torch.Tensor:
@@ -255,14 +280,15 @@ class CompiledGrammar:
         """int32 [S, C]: the unfactored table of next states (-1 illegal), built on first use."""
         if self._class_next is None:
             states = torch.arange(self.num_states, device=self.device)[:, None]
-            self._class_next = decode_next(self.row_next[self.state_row.long()], states, self.targets,
+            self._class_next = decode_next(row_codes(self, self.state_row.long()), states, self.targets,
                                            self.segment_start, self.segment_base).to(torch.int32)
         return self._class_next
 
     def to(self, device) -> CompiledGrammar:
         g = CompiledGrammar(*(getattr(self, k).to(device) for k in TABLES), self.start, self.eos_id,
                             self.done_state, self.token_bytes, self.meta, self.automaton, stop_ids=self.stop_ids,
-                            starts=self.starts)
+                            starts=self.starts, **{k: v.to(device) if torch.is_tensor(v) else v
+                                                   for k, v in self.packed_fields().items()})
         g.compile_seconds, g.node = self.compile_seconds, self.node
         return g
 
@@ -279,14 +305,15 @@ class CompiledGrammar:
         t = torch.as_tensor(tokens, device=self.device).long()
         in_vocab = (t >= 0) & (t < self.vocab_size)
         cls = self.token_class[t.clamp(0, self.vocab_size - 1)].long()
-        nxt = decode_next(self.row_next[self.state_row[s].long(), cls], s, self.targets, self.segment_start,
-                          self.segment_base)
+        rows, cls = torch.broadcast_tensors(self.state_row[s].long(), cls)
+        nxt = decode_next(codes_at(self, rows.contiguous(), cls.contiguous()), s, self.targets,
+                          self.segment_start, self.segment_base)
         return torch.where(in_vocab, nxt, torch.full_like(nxt, -1))
 
     def allowed(self, states) -> torch.Tensor:
         """BoolTensor [n, V]: which tokens are legal in each state."""
         s = self._states(states).reshape(-1)
-        return self.row_next[self.state_row[s].long()][:, self.token_class.long()] != -1
+        return row_codes(self, self.state_row[s].long())[:, self.token_class.long()] != -1
 
     def is_final(self, states) -> torch.Tensor:
         return self.row_final[self.state_row[self._states(states)].long()]
@@ -360,10 +387,11 @@ class CompiledGrammar:
         if aut.starts is not None and list(aut.starts) != list(payload.get("starts") or [payload["start"]]):
             raise GrammarCacheError(f"{path}: corrupt grammar cache (its start states are not its grammar's)")
         g = cls(*(t[k].to(device) for k in TABLES), payload["start"], payload["eos_id"], payload["done_state"],
-                list(tokenizer.token_bytes), meta, aut, stop_ids=payload.get("stop_ids"), starts=aut.starts)
+                list(tokenizer.token_bytes), meta, aut, stop_ids=payload.get("stop_ids"), starts=aut.starts,
+                **{k: v.to(device) if torch.is_tensor(v) else v for k, v in cache.packed_fields(t).items()})
         g.node = node
         return g
 
     def __repr__(self) -> str:
         return (f"CompiledGrammar(states={self.num_states}, rows={self.num_rows}, classes={self.num_classes}, "
-                f"vocab={self.vocab_size}, bytes={self.nbytes}, device={self.device})")
+                f"vocab={self.vocab_size}, bytes={self.nbytes}, packed={self.packed}, device={self.device})")

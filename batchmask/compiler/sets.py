@@ -3,7 +3,8 @@
     table = combine([g0, g1, ...])       CompiledGrammar-like; table.starts[i] = grammar i's start state
     BatchMasker(table, B).reset(rows, starts=...)   each row starts (and stays) inside its own grammar
 
-The masker and kernels read the combined table unchanged: it is one more factored table
+The masker and kernels read the combined table unchanged: it is one more factored table (packed, like its
+packed inputs or where it is large and sparse: table/packed.py; the rows are written out to be joined)
 (token_class [V], state_row [S], row_next [R, C], targets [T], segments [G]) whose state space is the
 grammars' state spaces side by side. How it is built, without a loop over tokens or states:
 
@@ -34,6 +35,7 @@ import torch
 
 from ..table.classes import classes_of, first_of_each, in_first_use_order
 from ..table.forced import ForcedTokens, concat
+from ..table.packed import MAX_CLASSES, pack_dense, row_codes, want_packed
 from .compiled import CompiledGrammar, table_dtype
 
 __all__ = ["GrammarSet", "GrammarSetError", "combine", "starts_of"]
@@ -165,8 +167,9 @@ class GrammarSet(CompiledGrammar):
             target_base.append(target_base[-1] + g.targets.numel())
         rows = torch.empty((row_base[-1], len(rep)), dtype=torch.int32, device=dev)           # [sum R_g, C]
         for g, base in zip(grammars, row_base):
-            rows[base:base + g.num_rows].copy_(g.row_next.index_select(1, g.token_class.to(torch.int64)
-                                                                         .index_select(0, rep)))
+            all_rows = torch.arange(g.num_rows, device=dev)             # packed grammars: their rows written out
+            rows[base:base + g.num_rows].copy_(row_codes(g, all_rows).index_select(1, g.token_class.to(torch.int64)
+                                                                                   .index_select(0, rep)))
         targets = torch.cat([torch.where(g.targets == g.done_state, done, g.targets.to(torch.int64) + off)
                              for g, off in zip(grammars, offsets)])                         # [sum T_g]
         seg_start, seg_base = [], []
@@ -194,10 +197,17 @@ class GrammarSet(CompiledGrammar):
         meta = {"format": "batchmask-grammar-set", "vocab_hash": (g0.meta or {}).get("vocab_hash"),
                 "grammars": [g.meta for g in grammars]}
         width = table_dtype(row_next)
-        super().__init__(joint.to(torch.int32), state_row.to(width), row_next.to(width),
+        row_next, packed = row_next.to(width), {}
+        legal = int((row_next != -1).sum())
+        force = True if any(g.packed for g in grammars) and len(rep) <= MAX_CLASSES else None
+        if want_packed(force, *row_next.shape, width, legal=legal):
+            # packed like its inputs, or large and sparse (table/packed.py): the joint table packed again
+            row_next, base, check = pack_dense(row_next)
+            packed = {"row_base": base, "row_check": check, "num_classes": len(rep)}
+        super().__init__(joint.to(torch.int32), state_row.to(width), row_next,
                          row_legal, row_final, targets.to(torch.int32), torch.cat(seg_start).to(torch.int32),
                          torch.cat(seg_base).to(torch.int32), offsets[0] + g0.start, g0.eos_id, done,
-                         g0.token_bytes, meta, None, stop_ids=g0.stop_ids)
+                         g0.token_bytes, meta, None, stop_ids=g0.stop_ids, **packed)
         self.state_offset = offsets
         self.grammar_starts = [[off + s for s in g.starts] for g, off in zip(grammars, offsets)]
         self.starts = [s for starts in self.grammar_starts for s in starts]

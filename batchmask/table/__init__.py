@@ -12,6 +12,7 @@ row_next [R, C], row_legal [R], row_final [R], targets [T], segment_start/segmen
     delegated.py    explicit states that read some tokens from a block cell's row instead of walking them
     write.py        the distinct rows -> row_next, written once in its final order and width
     next_codes.py   what one table entry means (the only place that rule is written; the kernels read it too)
+    packed.py       where a row's codes are stored: dense [R, C] or packed by row displacement, and when
 
 Public names: batchmask.table.build.build_tables, batchmask.table.tokensim.{prepare_vocab, vocab_hash_of,
 stop_ids_of}, batchmask.table.next_codes.{decode_next, encode_relative, encode_targets, index_targets}.

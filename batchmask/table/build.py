@@ -6,7 +6,8 @@ states repeat by shift. So the table is stored as
     token_class  [V]      the column each token uses
     state_row    [S]      the row each state uses
     row_next     [R, C]   next-state codes (table/next_codes.py): absolute (an index into targets from
-                          the base of the state's segment), -1 illegal, or relative
+                          the base of the state's segment), -1 illegal, or relative; a large sparse
+                          table is packed instead (row_next [N], row_base [R], row_check [N]: table/packed.py)
     targets      [T]      the states absolute codes name: the explicit states' moves, then each
                           value block's exits (segment_start, segment_base [G]: table/blocks.py)
     row_legal    [R], row_final [R]   legal token ids, and whether the end may follow, per row
@@ -44,12 +45,15 @@ from .blocks import (
 from .classes import classes_of, first_of_each, in_first_use_order, refine, search_sorted, unique_sorted
 from .delegated import cell_moves, walked_edges
 from .next_codes import encode_relative, encode_targets, index_targets
+from .packed import Packed
 from .tokensim import ByteSteps, VocabPrep, after_stops, explicit_columns
 from .write import RowParts
 
 
-def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
-    """The factored tables of `aut` on `prep`'s vocabulary (see the module docstring)."""
+def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask, pack: bool | None = None) -> dict:
+    """The factored tables of `aut` on `prep`'s vocabulary (see the module docstring). `pack`: row_next packed
+    (True), dense (False), or as table/packed.py's `want_packed` judges its size (None); a packed table comes
+    with row_base and row_check (else None) and row_next holds its codes."""
     vocab = prep.vocab
     V, S = len(vocab), aut.num_states
     far = _once(far)                    # each block's far cells: asked for by the rows and their layout
@@ -182,18 +186,23 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask) -> dict:
     # Rows are numbered by first use; the table is written in that order, its equal columns merged and numbered
     # by first use too (keys are sufficient, not necessary), so equal grammars give equal tables whatever the
     # hashing did (table/write.py).
-    token_class, row_next, row_legal = parts.write(row_order, token_class)
+    token_class, row_next, row_legal = parts.write(row_order, token_class, pack)
+    num_classes = int(token_class.max()) + 1 if len(token_class) else 0   # every class has a token
+    row_base = row_check = None
+    if isinstance(row_next, Packed):
+        row_next, row_base, row_check = row_next
     final = torch.zeros(S + 1, dtype=torch.bool, device=dev)
     final[acc] = True
     final[done] = True
-    row_final = torch.zeros(row_next.shape[0], dtype=torch.bool, device=dev)
+    row_final = torch.zeros(len(row_legal), dtype=torch.bool, device=dev)
     row_final[state_row[final].long()] = True
     # accepting is a property of the row (its stop moves): no other state may share an accepting state's row.
     # Block cells are never accepting, and a far cell has the row of a computed one: checking the explicit
     # states and the computed cells checks them all.
     seen = torch.cat([explicit, value_ids, torch.tensor([done], device=dev)])
     assert torch.equal(row_final[state_row[seen].long()], final[seen]), "accepting is a property of the row"
-    return dict(token_class=token_class, state_row=state_row, row_next=row_next, row_legal=row_legal,
+    return dict(token_class=token_class, state_row=state_row, row_next=row_next, row_base=row_base,
+                row_check=row_check, num_classes=num_classes, row_legal=row_legal,
                 row_final=row_final, targets=targets, segment_start=seg_start, segment_base=seg_base,
                 done_state=done)
 

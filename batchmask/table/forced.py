@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from ..automaton.form import Automaton, explicit_states
+from .packed import row_codes
 
 MAX_TOKENS = 16          # forced tokens per state (one step writes at most this many more per row)
 MAX_BYTES = 256          # bytes of a forced run that are encoded (a longer run is written in several jumps)
@@ -183,7 +184,7 @@ def _longest_extension(grammar, states: np.ndarray) -> np.ndarray:
     class_len = np.zeros(int(grammar.num_classes), dtype=np.int64)                                 # [C]
     np.maximum.at(class_len, cls, lengths)
     rows, inv = np.unique(grammar.state_row.cpu().numpy()[states].astype(np.int64), return_inverse=True)
-    legal = grammar.row_next.cpu()[torch.from_numpy(rows)].numpy() != -1                            # [n rows, C]
+    legal = row_codes(grammar, torch.from_numpy(rows).to(grammar.row_next.device)).cpu().numpy() != -1  # [n rows, C]
     return np.where(legal, class_len[None, :], 0).max(1, initial=0)[inv.reshape(-1)]
 
 

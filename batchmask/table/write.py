@@ -33,6 +33,7 @@ from .classes import (
     sparse_classes,
     unique_inverse,
 )
+from .packed import Packed, pack, want_packed
 
 _WEIGHT_BITS = 20
 
@@ -132,10 +133,12 @@ class RowParts:
         lo, hi = self._codes_range
         return torch.int16 if -32768 <= lo and hi <= 32767 and R <= 32767 else torch.int32
 
-    def write(self, row_order: torch.Tensor, token_class: torch.Tensor):
+    def write(self, row_order: torch.Tensor, token_class: torch.Tensor, packing: bool | None = None):
         """The table with row r = the rows of class row_order[r] (row_classes' ids), columns merged where equal
-        and numbered by first use over the tokens. Returns (token_class [V], row_next [R, K] int16 where every
-        code and row index fits, else int32, row_legal int32 [R])."""
+        and numbered by first use over the tokens. Returns (token_class [V], row_next, row_legal int32 [R]):
+        row_next is [R, K] int16 where every code and row index fits, else int32, or, where table/packed.py's
+        `want_packed(packing, ...)` says so, a Packed table written from the legal entries alone (the dense
+        [R, K] is never made)."""
         if self._grouped is None:
             raise RuntimeError("RowParts.write: call row_classes first (the rows are written by their classes)")
         sid, Su, e_item, e_col, e_code, cls = self._grouped
@@ -161,22 +164,15 @@ class RowParts:
         col_src[final_col] = torch.arange(C, device=dev)                    # a class of each final column
 
         dtype = self.width(R)
-        if dev.type == "cpu":                # numpy's fill is ~5x torch's for int16
-            table = torch.from_numpy(np.full((R, K), -1, dtype=np.int16 if dtype == torch.int16 else np.int32))
+        if want_packed(packing, R, K, dtype):
+            table = self._packed(pos, Su, final_col, col_src, R, K, dtype, packing)
         else:
-            table = torch.full((R, K), -1, dtype=dtype, device=dev)
-        at = pos.index_select(0, e_item)
-        sel = at >= 0
-        table[at[sel], final_col.index_select(0, e_col[sel])] = e_code[sel].to(dtype)
-        written = torch.nonzero(pos[Su:] >= 0).flatten()                    # dense rows that are some row's
-        if len(written):
-            d_cols = self.spread.index_select(0, col_src)                   # [K] dense column of each
-            rows = self.dense.index_select(0, written).to(dtype)
-            at = pos[Su:].index_select(0, written)
-            if dev.type == "cpu":            # numpy's row scatter is ~10x torch's index_copy_ on int16 here
-                table.numpy()[at.numpy()] = np.take(rows.numpy(), d_cols.numpy(), axis=1)
+            if dev.type == "cpu":            # numpy's fill is ~5x torch's for int16
+                table = torch.from_numpy(np.full((R, K), -1, dtype=np.int16 if dtype == torch.int16 else np.int32))
             else:
-                table.index_copy_(0, at, rows.index_select(1, d_cols))
+                table = torch.full((R, K), -1, dtype=dtype, device=dev)
+            self._fill(table, pos, Su, final_col, col_src, dtype)
+
 
         # legal ids per row: the sizes of the token classes a row admits, summed on the parts (merged columns
         # are equal in every row, so counting the classes is counting the final columns)
@@ -188,6 +184,52 @@ class RowParts:
             dsize.index_add_(0, self.spread, size)                          # [Cd] tokens per dense column
             legal[Su:] = _count_legal(self.dense, dsize, len(token_class))
         return out_class, table, legal.index_select(0, src).to(torch.int32)
+
+    def _fill(self, table, pos, Su, final_col, col_src, dtype) -> None:
+        """Write the rows into the dense table [R, K] (filled with -1)."""
+        _, _, e_item, e_col, e_code, _ = self._grouped
+        at = pos.index_select(0, e_item)
+        sel = at >= 0
+        table[at[sel], final_col.index_select(0, e_col[sel])] = e_code[sel].to(dtype)
+        written = torch.nonzero(pos[Su:] >= 0).flatten()                    # dense rows that are some row's
+        if len(written):
+            d_cols = self.spread.index_select(0, col_src)                   # [K] dense column of each
+            rows = self.dense.index_select(0, written).to(dtype)
+            at = pos[Su:].index_select(0, written)
+            if table.device.type == "cpu":   # numpy's row scatter is ~10x torch's index_copy_ on int16 here
+                table.numpy()[at.numpy()] = np.take(rows.numpy(), d_cols.numpy(), axis=1)
+            else:
+                table.index_copy_(0, at, rows.index_select(1, d_cols))
+
+    def _packed(self, pos, Su, final_col, col_src, R, K, dtype, packing) -> torch.Tensor | Packed:
+        """The table's legal entries as (row, column, code) triples, packed (table/packed.py); dense after all
+        (written from the triples) where, auto, the entries turn out too many to gain."""
+        _, _, e_item, e_col, e_code, _ = self._grouped
+        dev = self.dense.device
+        at = pos.index_select(0, e_item)
+        # a merged column's classes are equal in every row: the entry of its first class stands for them all
+        sel = (at >= 0) & (col_src.index_select(0, final_col.index_select(0, e_col)) == e_col)
+        rows, cols, codes = [at[sel]], [final_col.index_select(0, e_col[sel])], [e_code[sel]]
+        written = torch.nonzero(pos[Su:] >= 0).flatten()                    # dense rows that are some row's
+        if len(written):
+            # the legal entries of the compact rows [n, Cd], each spread over the final columns reading it
+            d_cols = self.spread.index_select(0, col_src)                   # [K] dense column of each
+            i, dc = torch.nonzero(self.dense.index_select(0, written) != -1, as_tuple=True)
+            by_dc = torch.argsort(d_cols, stable=True)                      # final columns grouped by dense column
+            count = torch.bincount(d_cols, minlength=self.dense.shape[1])   # [Cd] final columns per dense column
+            first = torch.cumsum(count, 0) - count
+            reps = count.index_select(0, dc)
+            offset = torch.arange(int(reps.sum()), device=dev) - torch.repeat_interleave(torch.cumsum(reps, 0) - reps,
+                                                                                         reps)
+            rows.append(torch.repeat_interleave(pos[Su:].index_select(0, written).index_select(0, i), reps))
+            cols.append(by_dc.index_select(0, torch.repeat_interleave(first.index_select(0, dc), reps) + offset))
+            codes.append(torch.repeat_interleave(self.dense.index_select(0, written)[i, dc].long(), reps))
+        row, col, code = torch.cat(rows), torch.cat(cols), torch.cat(codes)
+        if want_packed(packing, R, K, dtype, legal=len(row)):
+            return pack(row, col, code, R, K, dtype)
+        table = torch.full((R, K), -1, dtype=dtype, device=dev)
+        table[row, col] = code.to(dtype)
+        return table
 
 
 def _dense_dot(m: torch.Tensor, w: torch.Tensor, exact: bool) -> torch.Tensor:

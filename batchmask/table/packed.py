@@ -1,0 +1,301 @@
+"""Packed rows: row_next stored by row displacement (the comb of yacc's tables), and the one place the layout rule
+is written. Every reader of row_next (the kernels, Tables, CompiledGrammar, combine, forced runs, the cache
+file) reads codes through `codes_at` (pointwise) or `row_codes` (whole rows), or their numpy twins.
+
+    dense    row_next [R, C]:                      code(r, c) = row_next[r, c]
+    packed   row_next [N], row_base int32 [R], row_check int16 [N]:
+             code(r, c) = row_next[row_base[r] + c]   if row_check[row_base[r] + c] == c   else -1 (illegal)
+
+Every row has its own base (no two rows share one), so a column check is enough: a slot owned by row r' holds
+check c' = slot - base[r'], and it answers a query (r, c) with base[r] + c = slot only if c' = c, that is only if
+base[r'] = base[r], r' = r. Slots nobody owns hold check -1. row_next and row_check are padded so that
+row_base[r] + c is inside them for every row and every c < C: the kernels read without a bounds branch.
+Codes keep the table's width (int16 where every code and row index fits, else int32); the check is int16, so
+a packed table has C < 32768 classes (a wider one stays dense).
+
+Why: on large JSON Schemas the dense table is 0.3-1% legal (JSONSchemaBench jreleaser on Llama 2: 47K rows x
+2172 classes, 408 MB, 266K legal entries); packed it is those entries and a little slack.
+
+When (`want_packed`): a table stays dense below PACK_MIN_BYTES (the gather is all there is, and every table the
+tests and the mask benchmarks build stays bit-identical), and where it is not sparse enough to gain
+PACK_MIN_GAIN x; above, it is packed. `pack=True/False` forces either (tests run the packed path on small grammars).
+
+Placement (`place_rows`), vectorised and deterministic (a fixed seed):
+  * rows with more than SMALL_ROW entries, largest first, first-fit: a window of candidate bases at a time is
+    tested against the occupied slots in one gather; a row starts where the last row of its size went (the
+    slots before are too full for it: yacc's trick), and after MAX_WINDOWS windows it goes past the last
+    occupied slot (rows of ~100 classes spread over 2000 overlap no other row at almost any shift);
+  * the rest in tiers of decreasing size, in random rounds: each unplaced row anchors its first entry on a
+    random free slot; a row is placed when its slots are free and claimed by no other row this round, and its
+    base is taken by no other row (bincounts); when a round places too few rows the array grows;
+  * rows without entries take the lowest bases no row holds.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from .next_codes import ILLEGAL
+
+PACK_MIN_BYTES = 4 << 20     # dense tables below 4 MB stay dense: the gather is all there is, and it is small
+PACK_MIN_GAIN = 4            # pack only where the packed table is at most a quarter of the dense one
+MAX_CLASSES = 32767          # the check is int16 (and holds -1 for a free slot)
+SMALL_ROW = 48               # rows with at most this many entries are placed in random rounds, the others first-fit
+MAX_WINDOWS = 4              # first-fit windows a row tries before it goes past the last occupied slot
+_TIERS = ((25, 48), (13, 24), (7, 12), (4, 6), (3, 3), (2, 2), (1, 1))   # the random rounds' row sizes
+CANDIDATES = 16              # bases a row tries in one random round
+_STALL = 0.25                # a round that places fewer than this share of its rows grows the array
+_SEED = 29
+
+
+class Packed(NamedTuple):
+    """A packed row_next (the module docstring): codes [N] in the table's width, base int32 [R], check int16 [N]."""
+    codes: torch.Tensor
+    base: torch.Tensor
+    check: torch.Tensor
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the rule: reading codes
+
+def codes_at(t, rows: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
+    """The codes (row_next's dtype) at (rows, classes): int64 tensors of one shape. `t` has row_next, row_base
+    (None: dense), row_check and num_classes (a Tables or a CompiledGrammar)."""
+    if t.row_base is None:
+        flat = rows.reshape(-1) * t.num_classes + classes.reshape(-1)
+        return t.row_next.view(-1).index_select(0, flat).view(rows.shape)
+    at = t.row_base.index_select(0, rows.reshape(-1)).long() + classes.reshape(-1)
+    code = t.row_next.index_select(0, at)
+    owned = t.row_check.index_select(0, at) == classes.reshape(-1)
+    return code.masked_fill(~owned, ILLEGAL).view(rows.shape)
+
+
+def row_codes(t, rows: torch.Tensor) -> torch.Tensor:
+    """[n, C] codes (row_next's dtype): the rows `rows` (int64 [n]) written out."""
+    if t.row_base is None:
+        return t.row_next.index_select(0, rows)
+    cols = torch.arange(t.num_classes, device=rows.device)
+    at = t.row_base.index_select(0, rows).long()[:, None] + cols                       # [n, C]
+    code = t.row_next.index_select(0, at.view(-1)).view(at.shape)
+    owned = t.row_check.index_select(0, at.view(-1)).view(at.shape) == cols
+    return code.masked_fill(~owned, ILLEGAL)
+
+
+def codes_at_np(row_next: np.ndarray, row_base: np.ndarray | None, row_check: np.ndarray | None,
+                rows: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """codes_at on numpy arrays (the CPU fast paths work on numpy views)."""
+    if row_base is None:
+        return row_next[rows, classes]
+    at = row_base[rows].astype(np.int64) + classes
+    return np.where(row_check[at] == classes, row_next[at], ILLEGAL).astype(row_next.dtype, copy=False)
+
+
+def row_codes_np(row_next: np.ndarray, row_base: np.ndarray | None, row_check: np.ndarray | None,
+                 rows: np.ndarray, num_classes: int) -> np.ndarray:
+    """row_codes on numpy arrays: [n, C]."""
+    if row_base is None:
+        return row_next[rows]
+    cols = np.arange(num_classes)
+    at = row_base[rows].astype(np.int64)[:, None] + cols                               # [n, C]
+    return np.where(row_check[at] == cols, row_next[at], ILLEGAL).astype(row_next.dtype, copy=False)
+
+
+def owned_slots(row_base: torch.Tensor, row_check: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The legal entries of a packed table: (slot, row, col), int64 [P] each, in slot order. A slot whose
+    check names no row's base (never written by pack) is left out."""
+    slot = torch.nonzero(row_check >= 0).flatten()
+    col = row_check.index_select(0, slot).long()
+    owner_base = slot - col
+    order = torch.argsort(row_base.long())
+    sorted_base = row_base.long().index_select(0, order)
+    k = torch.searchsorted(sorted_base, owner_base).clamp(max=max(row_base.numel() - 1, 0))
+    if not row_base.numel():
+        return slot[:0], slot[:0], col[:0]
+    real = sorted_base.index_select(0, k) == owner_base
+    return slot[real], order.index_select(0, k[real]), col[real]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# when to pack
+
+def dense_bytes(num_rows: int, num_classes: int, dtype: torch.dtype) -> int:
+    return num_rows * num_classes * torch.empty(0, dtype=dtype).element_size()
+
+
+def want_packed(pack: bool | None, num_rows: int, num_classes: int, dtype: torch.dtype,
+                legal: int | None = None) -> bool:
+    """Whether a table of that shape is stored packed: `pack` True/False forces it (True refuses C >= 32768);
+    None (auto): at least PACK_MIN_BYTES dense and, where `legal` (entries) is known, sparse enough that the
+    packed form is at most 1/PACK_MIN_GAIN of the dense one."""
+    if pack is not None:
+        if pack and num_classes > MAX_CLASSES:
+            raise ValueError(f"pack=True: a table of {num_classes} token classes cannot be packed (the check is "
+                             f"int16: at most {MAX_CLASSES} classes)")
+        return bool(pack)
+    dense = dense_bytes(num_rows, num_classes, dtype)
+    if num_classes > MAX_CLASSES or dense < PACK_MIN_BYTES:
+        return False
+    if legal is None:
+        return True
+    width = torch.empty(0, dtype=dtype).element_size()
+    return packed_bound(legal, num_rows, num_classes) * (width + 2) + 4 * num_rows <= dense / PACK_MIN_GAIN
+
+
+def packed_bound(legal: int, num_rows: int, num_classes: int) -> int:
+    """The slots place_rows is built to stay within: 1.5 x the legal entries (or one base per row, when there are
+    more rows than entries) plus 2C of padding. tests/test_packed.py checks it on random sparse tables."""
+    return int(1.5 * max(legal, num_rows)) + 2 * num_classes
+
+
+# ----------------------------------------------------------------------------------------------------------
+# writing a packed table
+
+def pack(row: torch.Tensor, col: torch.Tensor, code: torch.Tensor, num_rows: int, num_classes: int,
+         dtype: torch.dtype) -> Packed:
+    """The packed table of the legal entries (row, col, code) (int64 [P] each, each (row, col) at most once,
+    codes never -1) of a table with num_rows rows and num_classes columns, codes in `dtype`."""
+    if num_classes > MAX_CLASSES:
+        raise ValueError(f"a table of {num_classes} token classes cannot be packed (at most {MAX_CLASSES})")
+    dev = row.device
+    r, c = row.cpu().numpy().astype(np.int64), col.cpu().numpy().astype(np.int64)
+    base = place_rows(r, c, num_rows, num_classes)                                     # [R]
+    N = int(base.max()) + num_classes if num_rows else num_classes
+    at = base[r] + c
+    codes = np.full(N, ILLEGAL, dtype=np.int16 if dtype == torch.int16 else np.int32)   # [N]
+    check = np.full(N, ILLEGAL, dtype=np.int16)                                         # [N]
+    codes[at] = code.cpu().numpy()
+    check[at] = c
+    return Packed(torch.from_numpy(codes).to(dev), torch.from_numpy(base.astype(np.int32)).to(dev),
+                  torch.from_numpy(check).to(dev))
+
+
+def pack_dense(table: torch.Tensor) -> Packed:
+    """A dense [R, C] table packed (combine's joint table, tests)."""
+    R, C = table.shape
+    r, c = torch.nonzero(table != ILLEGAL, as_tuple=True)
+    return pack(r, c, table[r, c].long(), R, C, table.dtype)
+
+
+def place_rows(row: np.ndarray, col: np.ndarray, num_rows: int, num_classes: int, seed: int = _SEED) -> np.ndarray:
+    """int64 [R]: a distinct base per row such that no two rows' entries (row, col) (int64 [P] each, each pair at
+    most once) land on one slot base[row] + col; bases >= 0. See the module docstring for how."""
+    R, C = num_rows, num_classes
+    n = np.bincount(row, minlength=R)                                                  # [R] entries per row
+    order = np.lexsort((col, row))
+    col = col[order]                                                                   # grouped by row, ascending
+    start = np.cumsum(n) - n                                                           # [R]
+    space = _Space(int(1.25 * len(row)) + 2 * C)
+    base = np.full(R, -1, dtype=np.int64)
+    large = np.flatnonzero(n > SMALL_ROW)
+    resume = {}                      # size -> base of the last row of that size: the slots before it are full
+    for r in large[np.argsort(-n[large], kind="stable")]:    # first-fit decreasing
+        cols = col[start[r]:start[r] + n[r]]
+        base[r] = resume[n[r]] = space.first_fit(cols, resume.get(n[r], space.first_free - int(cols[0])))
+    rng = np.random.default_rng(seed)
+    for lo, hi in _TIERS:
+        rows = np.flatnonzero((n >= lo) & (n <= hi))
+        if rows.size:
+            base[rows] = space.random_rounds(rows, n, start, col, C, rng)
+    empty = np.flatnonzero(n == 0)
+    if empty.size:
+        base[empty] = space.free_bases(empty.size)
+    return base
+
+
+class _Space:
+    """The slots while rows are placed: which are occupied (bool [L]) and which bases rows hold (bool [L])."""
+
+    def __init__(self, size: int):
+        self.occupied = np.zeros(size, dtype=bool)   # [L] slot owned by a placed row
+        self.used = np.zeros(size, dtype=bool)       # [L] base held by a placed row (a base is <= its slots)
+        self.first_free = 0                          # every slot below it is occupied
+        self.top = 0                                 # every slot at or above it is free
+        self.top_base = -1                           # the highest base held
+
+    def grow(self, need: int) -> None:
+        if need > self.occupied.size:
+            size = max(need, self.occupied.size + self.occupied.size // 8)
+            self.occupied = np.concatenate([self.occupied, np.zeros(size - self.occupied.size, dtype=bool)])
+            self.used = np.concatenate([self.used, np.zeros(size - self.used.size, dtype=bool)])
+
+    def take(self, bases: np.ndarray, slots: np.ndarray) -> None:
+        self.used[bases] = True
+        if bases.size:
+            self.top_base = max(self.top_base, int(bases.max()))
+        self.occupied[slots] = True
+        if slots.size:
+            self.top = max(self.top, int(slots.max()) + 1)
+        while self.first_free < self.occupied.size and self.occupied[self.first_free]:
+            window = self.occupied[self.first_free:self.first_free + 4096]
+            self.first_free += int(np.argmin(window)) if not window.all() else window.size
+
+    def first_fit(self, cols: np.ndarray, lo: int) -> int:
+        """The lowest base from `lo` (MAX_WINDOWS windows of candidates) where the row (its columns, ascending)
+        fits, else the first past every occupied slot and held base (always free)."""
+        width = max(64, (1 << 18) // cols.size)              # candidates per window: ~256K slot reads
+        lo = max(0, lo)
+        for _ in range(MAX_WINDOWS):
+            cand = np.arange(lo, lo + width)                                           # [W]
+            self.grow(lo + width + int(cols[-1]) + 1)
+            bad = self.used[cand] | self.occupied[cand[:, None] + cols[None, :]].any(1)
+            ok = np.flatnonzero(~bad)
+            if ok.size:
+                b = int(cand[ok[0]])
+                break
+            lo += width
+        else:
+            b = max(self.top - int(cols[0]), self.top_base + 1)
+            self.grow(b + int(cols[-1]) + 1)
+        self.take(np.array([b]), b + cols)
+        return b
+
+    def random_rounds(self, rows: np.ndarray, n: np.ndarray, start: np.ndarray, col: np.ndarray, C: int,
+                      rng: np.random.Generator) -> np.ndarray:
+        """int64 [k]: the bases of rows (int64 [k], each with entries) placed in random rounds."""
+        out = np.full(rows.size, -1, dtype=np.int64)
+        alive = np.arange(rows.size)                                                   # [a] into rows
+        while alive.size:
+            free = np.flatnonzero(~self.occupied)
+            if not free.size:
+                self.grow(self.occupied.size + C)
+                continue
+            L = self.occupied.size
+            r = rows[alive]
+            k = n[r]                                                                   # [a]
+            e_row = np.repeat(np.arange(alive.size), k)                                # [E] entry -> alive row
+            first = np.cumsum(k) - k
+            e_col = col[np.repeat(start[r] - first, k) + np.arange(int(k.sum()))]      # [E]
+            # CANDIDATES bases a row: its first entry on a random free slot; the lowest that fits is its choice
+            b = free[rng.integers(0, free.size, size=(alive.size, CANDIDATES))] - col[start[r]][:, None]  # [a, M]
+            slot = b[e_row] + e_col[:, None]                                           # [E, M]
+            inside = slot < L
+            s = np.where(inside, slot, 0)
+            bc = np.clip(b, 0, L - 1)
+            bad = (b < 0) | (b >= L) | self.used[bc]                                   # [a, M]
+            bad_e = ~inside | self.occupied[s]                                         # [E, M]
+            bad |= np.add.reduceat(bad_e, first, axis=0) > 0 if e_row.size else bad
+            pick = np.argmin(np.where(bad, np.iinfo(np.int64).max, b), axis=1)         # [a] lowest fitting base
+            fits = ~bad[np.arange(alive.size), pick]
+            b, slot = b[np.arange(alive.size), pick], slot[np.arange(e_row.size), pick[e_row]]
+            # rows that chose the same slot or the same base this round all wait for the next one
+            e_fits = fits[e_row]
+            claims = np.bincount(slot[e_fits], minlength=L)
+            clash = np.bincount(e_row, weights=claims[np.where(e_fits, slot, 0)] > 1, minlength=alive.size) > 0
+            clash |= np.bincount(np.where(fits, b, 0), weights=fits, minlength=L)[np.where(fits, b, 0)] > 1
+            ok = fits & ~clash
+            out[alive[ok]] = b[ok]
+            self.take(b[ok], slot[ok[e_row]])
+            if ok.sum() < _STALL * alive.size:
+                self.grow(L + max(L // 8, C))
+            alive = alive[~ok]
+        return out
+
+    def free_bases(self, count: int) -> np.ndarray:
+        """The `count` lowest bases no row holds (rows without entries need only a base of their own)."""
+        free = np.flatnonzero(~self.used)
+        if free.size < count:
+            self.grow(self.used.size + count)
+            free = np.flatnonzero(~self.used)
+        return free[:count]

@@ -1,0 +1,234 @@
+"""Packed rows (batchmask/table/packed.py): the placement keeps every entry and invents none, and a grammar compiled
+packed is the grammar compiled dense everywhere it is read: CompiledGrammar's queries, the masker's masks,
+advances and tokens on every backend (Triton under TRITON_INTERPRET=1 without a GPU), the cache file, combine and
+forced tokens."""
+import json
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import numpy as np
+import pytest
+from batchmask.models.tokenizer import load_tokenizer
+from data_paths import CATALOGUE, data_dir
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from batchmask import compile_grammar, compile_json_schema
+from batchmask.compiler.compiled import CompiledGrammar
+from batchmask.compiler.sets import combine
+from batchmask.masker import BatchMasker
+from batchmask.table.packed import codes_at, owned_slots, pack, place_rows, row_codes, want_packed
+from batchmask.tools.registry import ToolRegistry
+from tests.kernel_helpers import DEVICE, HAVE_TRITON
+
+SCHEMAS = [
+    {"type": "object", "properties": {"name": {"type": "string", "maxLength": 6},
+                                      "kind": {"enum": ["alpha", "beta", "gamma delta"]},
+                                      "sizes": {"type": "array", "items": {"type": "integer", "minimum": -5,
+                                                                           "maximum": 300}, "maxItems": 3}},
+     "required": ["name", "kind"]},
+    {"type": "array", "items": {"type": "object", "properties": {"id": {"type": "string", "format": "uuid"},
+                                                              "ok": {"type": "boolean"}}}, "maxItems": 2},
+]
+
+
+@pytest.fixture(scope="module")
+def vocabs():
+    return {"llama2": load_tokenizer(str(data_dir("llama2") / "tokenizer.model")),
+            "gpt2": load_tokenizer(str(data_dir("gpt2") / "tokenizer.json"))}
+
+
+def grammars(tok):
+    """(name, compile function taking pack=) of the grammars compared, on one tokenizer."""
+    catalogue = ToolRegistry.from_obj(json.loads(CATALOGUE.read_text()))
+    out = [("seed", lambda pack: compile_grammar(ToolRegistry.defaults(), tok, max_string=8, pack=pack)),
+           ("catalogue", lambda pack: compile_grammar(catalogue, tok, format="json", max_string=8, pack=pack))]
+    return out + [(f"schema{i}", lambda pack, s=s: compile_json_schema(s, tok, pack=pack))
+                  for i, s in enumerate(SCHEMAS)]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the layout on its own
+
+def read_all(p, R, C) -> torch.Tensor:
+    """int64 [R, C]: every (row, class) read through the one rule, pointwise."""
+    t = type("T", (), {})()
+    t.row_next, t.row_base, t.row_check, t.num_classes = p.codes, p.base, p.check, C
+    rows = torch.arange(R)[:, None].expand(R, C).contiguous()
+    cols = torch.arange(C)[None, :].expand(R, C).contiguous()
+    return codes_at(t, rows, cols).long()
+
+
+def check_layout(p, dense: torch.Tensor) -> None:
+    """Every legal entry reads its code, every other reads -1 (pointwise and by rows); bases distinct; padded."""
+    R, C = dense.shape
+    assert torch.equal(read_all(p, R, C), dense.long())
+    t = type("T", (), {})()
+    t.row_next, t.row_base, t.row_check, t.num_classes = p.codes, p.base, p.check, C
+    assert torch.equal(row_codes(t, torch.arange(R)).long(), dense.long())
+    assert p.base.unique().numel() == R and (R == 0 or int(p.base.min()) >= 0)
+    assert R == 0 or int(p.base.max()) + C <= p.codes.numel() == p.check.numel()
+    assert p.check.dtype == torch.int16 and p.base.dtype == torch.int32
+
+
+@st.composite
+def sparse_tables(draw):
+    R, C = draw(st.integers(1, 40)), draw(st.integers(1, 90))
+    seed = draw(st.integers(0, 2**31))
+    g = torch.Generator().manual_seed(seed)
+    fill = draw(st.sampled_from([0.0, 0.02, 0.1, 0.5, 1.0]))
+    legal = torch.rand(R, C, generator=g) < fill
+    legal[torch.randint(0, R, (R // 3,), generator=g)] = torch.rand(C, generator=g) < 0.9   # a few dense rows
+    codes = torch.randint(-300, 300, (R, C), generator=g)
+    codes[codes == -1] = 0
+    return torch.where(legal, codes, -1).to(torch.int16)
+
+
+@settings(max_examples=60, deadline=None)
+@given(sparse_tables())
+def test_placement_reads_back_every_entry_and_nothing_else(dense):
+    p = pack(*torch.nonzero(dense != -1, as_tuple=True), dense[dense != -1].long(), *dense.shape, dense.dtype)
+    check_layout(p, dense)
+    R, C = dense.shape
+    assert p.codes.numel() == int(p.base.max()) + C      # padded to exactly the last row's columns
+    slot, row, col = owned_slots(p.base, p.check)
+    assert torch.equal(dense[row, col].long(), p.codes[slot].long()) and len(slot) == int((dense != -1).sum())
+
+
+def test_a_wrong_layout_is_caught():
+    """The companion: two rows given one base (the rule then reads a row's entry in the other) fail the check."""
+    dense = torch.full((3, 8), -1, dtype=torch.int16)
+    dense[0, 1], dense[1, 2], dense[2, 5] = 7, 8, 9
+    p = pack(*torch.nonzero(dense != -1, as_tuple=True), dense[dense != -1].long(), 3, 8, dense.dtype)
+    check_layout(p, dense)
+    bad = p.base.clone()
+    bad[1] = bad[0]
+    wrong = p._replace(base=bad, codes=p.codes.clone(), check=p.check.clone())
+    at = int(bad[1]) + 2
+    wrong.codes[at], wrong.check[at] = 8, 2              # row 1's entry written where its new base puts it
+    with pytest.raises(AssertionError):
+        check_layout(wrong, dense)
+
+
+def test_placement_is_compact_on_a_realistic_sparse_table():
+    """Rows like a large schema's (mostly <= 4 legal classes, some tens, a few near-dense) pack to a few times
+    their legal entries plus a row of padding: 6.7x here, where columns are uniformly random (rows of tens of
+    random columns collide at almost every shift); JSONSchemaBench's largest tables pack to 2.9-4.0x."""
+    rng = np.random.default_rng(0)
+    R, C = 3000, 600
+    n = np.concatenate([rng.integers(0, 5, 2300), rng.integers(5, 45, 680), rng.integers(100, 550, 20)])
+    row = np.repeat(np.arange(R), n)
+    col = np.concatenate([rng.choice(C, size=k, replace=False) for k in n])
+    base = place_rows(row, col, R, C)
+    assert len(np.unique(base)) == R and len(np.unique(base[row] + col)) == len(row)
+    assert base.max() + C <= 8 * len(row) + C
+
+
+def test_when_to_pack():
+    assert not want_packed(None, 100, 100, torch.int16)                  # small: dense
+    assert want_packed(None, 50_000, 2_000, torch.int32)                 # 400 MB: packed
+    assert not want_packed(None, 50_000, 2_000, torch.int32, legal=40_000_000)   # large but not sparse
+    assert want_packed(True, 3, 3, torch.int16) and not want_packed(False, 50_000, 2_000, torch.int32)
+    with pytest.raises(ValueError, match="int16"):
+        want_packed(True, 3, 40_000, torch.int16)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# compiled grammars: packed == dense
+
+def assert_same_grammar(d: CompiledGrammar, p: CompiledGrammar) -> None:
+    """Equal tables (every row written out through the rule, and the decoded class_next where it is small), and
+    equal queries on up to 400 states (the catalogue on GPT-2 has 129K states: [S, V] would be 6 GB)."""
+    assert p.packed and not d.packed
+    assert torch.equal(d.state_row, p.state_row) and torch.equal(d.token_class, p.token_class)
+    assert (p.num_rows, p.num_classes) == (d.num_rows, d.num_classes)
+    assert torch.equal(row_codes(p, torch.arange(p.num_rows)), d.row_next)
+    if d.num_states <= 20_000:
+        assert torch.equal(d.class_next, p.class_next)
+    states = torch.unique(torch.cat([torch.linspace(0, d.num_states - 1, 400).long(), torch.tensor([d.start])]))
+    assert torch.equal(d.allowed(states), p.allowed(states))
+    tokens = torch.randint(-3, d.vocab_size + 3, (len(states), 64), generator=torch.Generator().manual_seed(1))
+    assert torch.equal(d.next_state(states[:, None], tokens), p.next_state(states[:, None], tokens))
+    assert torch.equal(d.next_state(states, tokens[:, 0]), p.next_state(states, tokens[:, 0]))
+    assert torch.equal(d.legal_counts(states), p.legal_counts(states)) and torch.equal(d.final, p.final)
+
+
+def run_masker(g, backend, states, steps=10):
+    """Masks, legal counts, greedy / sampled tokens and states of a masker walking from `states`."""
+    m = BatchMasker(g, len(states), device=DEVICE, backend=backend)
+    m.rows.state.copy_(torch.tensor(states, dtype=torch.int32))
+    gen = torch.Generator().manual_seed(5)
+    out = []
+    for i in range(steps):
+        logits = torch.randn(len(states), g.vocab_size + 7, generator=gen).to(DEVICE)
+        masked = logits.clone()
+        counts = m.apply_(masked)
+        out += [masked.cpu(), counts.cpu()]
+        tokens = m.sample(logits, temperature=0.0 if i % 2 else 0.8, seed=11)
+        out += [tokens.cpu(), m.states.cpu().clone()]
+    return out
+
+
+def backends():
+    return ["torch", "triton"] if HAVE_TRITON else ["torch"]
+
+
+@pytest.mark.parametrize("vocab", ["llama2", "gpt2"])
+def test_packed_grammars_equal_dense(vocabs, vocab):
+    tok = vocabs[vocab]
+    for name, build in grammars(tok):
+        d, p = build(False), build(True)
+        assert_same_grammar(d, p)
+        assert p.nbytes == sum(x.numel() * x.element_size() for x in (
+            p.token_class, p.state_row, p.row_next, p.row_base, p.row_check, p.row_legal, p.row_final, p.targets,
+            p.segment_start, p.segment_base))
+        rng = np.random.default_rng(len(name))
+        states = [d.start, d.done_state] + rng.integers(0, d.num_states - 1, 6).tolist()
+        for backend in backends() if (vocab, name) == ("llama2", "schema0") else ["torch"]:   # the interpreter is slow
+            for a, b in zip(run_masker(d, backend, states), run_masker(p, backend, states)):
+                assert torch.equal(a, b), (vocab, name, backend)
+
+
+def test_auto_keeps_small_tables_dense(vocabs):
+    g = compile_json_schema(SCHEMAS[0], vocabs["llama2"])
+    assert not g.packed and g.row_next.dim() == 2
+
+
+def test_cache_round_trip_of_a_packed_grammar(vocabs, tmp_path):
+    tok = vocabs["llama2"]
+    p = compile_json_schema(SCHEMAS[0], tok, pack=True)
+    p.save(tmp_path / "g.pt")
+    q = CompiledGrammar.load(tmp_path / "g.pt", tokenizer=tok, key=p.meta["key"])
+    assert q.packed and q.num_classes == p.num_classes
+    for k in ("row_next", "row_base", "row_check", "state_row", "token_class", "targets"):
+        assert torch.equal(getattr(q, k), getattr(p, k)), k
+    assert torch.equal(q.class_next, p.class_next)
+    d = compile_json_schema(SCHEMAS[0], tok, pack=False)          # a dense file still loads dense
+    d.save(tmp_path / "d.pt")
+    assert not CompiledGrammar.load(tmp_path / "d.pt", tokenizer=tok, key=d.meta["key"]).packed
+
+
+def test_combine_a_packed_and_a_dense_grammar(vocabs):
+    tok = vocabs["llama2"]
+    a_d, a_p = (compile_json_schema(SCHEMAS[0], tok, pack=x) for x in (False, True))
+    b = compile_json_schema(SCHEMAS[1], tok, pack=False)
+    dense, mixed = combine([a_d, b]), combine([a_p, b])
+    assert mixed.packed and not dense.packed
+    assert torch.equal(dense.class_next, mixed.class_next) and mixed.starts == dense.starts
+    states = [dense.starts[0], dense.starts[1], dense.done_state, 3, dense.num_states - 2]
+    for x, y in zip(run_masker(dense, "torch", states), run_masker(mixed, "torch", states)):
+        assert torch.equal(x, y)
+
+
+def test_forced_tokens_equal(vocabs):
+    tok = vocabs["llama2"]
+    d, p = (compile_json_schema(SCHEMAS[0], tok, pack=x) for x in (False, True))
+    fd, fp = d.forced_tokens(tok), p.forced_tokens(tok)
+    for k in fd.__dataclass_fields__:
+        a, b = getattr(fd, k), getattr(fp, k)
+        assert (torch.equal(a, b) if torch.is_tensor(a) else np.array_equal(a, b) if isinstance(a, np.ndarray)
+                else a == b), k
