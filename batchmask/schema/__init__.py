@@ -14,6 +14,7 @@ the jsonschema library.
     strings.py      JSON characters from a set of code points, and `format`s
     formats_net.py  ipv4, hostname, email, uri
     regex.py        the `pattern` subset
+    regex_classes.py  the class escapes (digits, word, space, and their complements) as both readings match them
     json_values.py  JSON equality, literals, types, oneOf disjointness
     nodes.py        small node builders over batchmask.grammar, `lex_range`, `node_accepts`
     drafts.py       drafts 4-7 spellings -> 2020-12; batchmask's closed objects written as JSON Schema
