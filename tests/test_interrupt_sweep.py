@@ -21,9 +21,11 @@ import pytest
 from tests.test_hostile import files  # noqa: F401  (the fixture: a tiny model, tokenizer and tasks)
 from tests.test_runfiles import _env, gen_args
 
-# a frame in batchmask's own code, other than __main__.py's one line (importing console.py, which installs the
-# handler: `python -m` runs that line before anything of ours can)
-OURS = re.compile(r'File "[^"]*[/\\]batchmask[/\\](?!__main__\.py")')
+# a frame in batchmask's own code (the package's folders in this checkout), other than __main__.py's one line
+# (importing console.py, which installs the handler: `python -m` runs that line before anything of ours can). A
+# folder named batchmask above the checkout (a clone at .../batchmask, its .venv inside) is not ours
+ROOT = Path(__file__).resolve().parents[1]
+OURS = re.compile(r'File "' + re.escape(str(ROOT)) + r'[/\\](?:batchmask|kernels|models)[/\\](?!__main__\.py")')
 
 
 def _outcome(cmd, delay: float, out) -> tuple[str, int, str]:
