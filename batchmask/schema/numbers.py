@@ -146,9 +146,7 @@ def number_multiples(low: Bound | None, high: Bound | None, k: Fraction, int_dig
     if k.numerator != 1 or k.denominator != 10 ** m:
         return False, None
     room = m if fraction_digits is None else min(m, fraction_digits)
-    if low is None and high is None:                      # number_node's unbounded form: room and no exponent
-        return True, number_node(None, None, int_digits, room, 0)
-    return True, number_node(low, high, int_digits, room)
+    return True, number_node(low, high, int_digits, room, exponent_digits=0)        # bounded numbers have none
 
 
 # --- numbers with a bound ---------------------------------------------------------------------------
