@@ -21,7 +21,16 @@ from batchmask import compile_grammar, compile_json_schema
 from batchmask.compiler.compiled import CompiledGrammar
 from batchmask.compiler.sets import combine
 from batchmask.masker import BatchMasker
-from batchmask.table.packed import codes_at, owned_slots, pack, place_rows, row_codes, want_packed
+from batchmask.table.packed import (
+    block_shift,
+    codes_at,
+    column_sets,
+    owned_slots,
+    pack,
+    place_rows,
+    row_codes,
+    want_packed,
+)
 from batchmask.tools.registry import ToolRegistry
 from tests.kernel_helpers import DEVICE, HAVE_TRITON
 
@@ -126,6 +135,36 @@ def test_placement_is_compact_on_a_realistic_sparse_table():
     base = place_rows(row, col, R, C)
     assert len(np.unique(base)) == R and len(np.unique(base[row] + col)) == len(row)
     assert base.max() + C <= 8 * len(row) + C
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sets(st.integers(0, 80), min_size=1, max_size=60), st.integers(1, 12))
+def test_block_shift_is_the_least_shift_that_keeps_a_block_disjoint(cols, k):
+    """Against a brute force over shifts with Python sets: k copies of S at multiples of d never share a slot, and
+    no smaller d does that."""
+    S = sorted(cols)
+    d = block_shift(np.array(S), k, 81)
+
+    def disjoint(d):
+        slots = [b * d + c for b in range(k) for c in S]
+        return len(set(slots)) == len(slots)
+    if k == 1:
+        assert d == 0
+        return
+    assert disjoint(d)
+    assert not any(disjoint(e) for e in range(1, d))
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.frozensets(st.integers(0, 40), min_size=1, max_size=20), min_size=1, max_size=30))
+def test_column_sets_groups_rows_by_their_column_sets(rows):
+    """Ids equal exactly where the rows' sets are equal (Python's frozenset equality is the reference)."""
+    n = np.array([len(r) for r in rows])
+    col = np.concatenate([sorted(r) for r in rows]).astype(np.int64)
+    ids = column_sets(col, np.cumsum(n) - n, n, np.arange(len(rows)), 41)
+    for i in range(len(rows)):
+        for j in range(len(rows)):
+            assert (ids[i] == ids[j]) == (rows[i] == rows[j])
 
 
 def test_when_to_pack():
