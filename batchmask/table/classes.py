@@ -222,21 +222,23 @@ def refine(base: torch.Tensor, item: torch.Tensor, col: torch.Tensor, val: torch
     dev = base.device
     if len(item) == 0:
         return base
-    # the items with entries, ascending, and each entry's index among them: a mark per id, not a sort of the
-    # entries (there can be a million, for states where thousands of tokens are legal)
-    seen = torch.zeros(len(base), dtype=torch.int64, device=dev)
-    seen[item] = 1
-    items = torch.nonzero(seen).flatten()                                      # [T]
-    local = (torch.cumsum(seen, 0) - 1).index_select(0, item)                  # [P]
+    if 4 * len(item) < len(base):     # few entries: sort them (the items with entries, ascending, and each index)
+        items = unique_sorted(item)                                            # [T]
+        local = search_sorted(items, item)                                     # [P]
+    else:                             # many (a million, where thousands of tokens are legal): a mark per id
+        seen = torch.zeros(len(base), dtype=torch.int64, device=dev)
+        seen[item] = 1
+        items = torch.nonzero(seen).flatten()
+        local = (torch.cumsum(seen, 0) - 1).index_select(0, item)
     rows = sparse_classes(local, col, val, len(items))                         # [T]
     B = int(base.max()) + 1
-    pair = base[items] * (int(rows.max()) + 1) + rows
-    pid = unique_inverse(pair)
-    out = base.clone()
-    out[items] = B + pid
-    present = torch.zeros(B + int(pid.max()) + 1, dtype=torch.int64, device=dev)
-    present[out] = 1
-    return (torch.cumsum(present, 0) - 1)[out]
+    moved = base.index_select(0, items)                                        # [T] their base classes
+    pid = unique_inverse(moved * (int(rows.max()) + 1) + rows)                 # [T] (base class, row) pairs
+    # dense ids: the base classes that keep a token, in order, then the pairs (no pass that marks all V ids)
+    kept = torch.bincount(base, minlength=B) > torch.bincount(moved, minlength=B)              # [B]
+    out = (torch.cumsum(kept, 0) - 1).index_select(0, base)
+    out[items] = int(kept.sum()) + pid
+    return out
 
 
 def column_classes(m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
