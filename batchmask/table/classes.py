@@ -194,12 +194,16 @@ def _same_entries_as_first(item, col, val, ids, rep) -> bool:
         col = (torch.cumsum(used, 0) - 1).index_select(0, col)
     key = cls * ncol
     key += col
+    fkey, fval = key[first], val[first]
+    rest = ~first                                    # only these need a look: a first item's entries are its own
+    key, val = key[rest], val[rest]
+    if not len(key) or not len(fkey):
+        return not len(key)
     if C * ncol <= limit:
         none = torch.iinfo(torch.int64).min
         table = torch.full((C * ncol,), none, dtype=torch.int64, device=dev)
-        table[key[first]] = val[first]
+        table[fkey] = fval
         return torch.equal(table.index_select(0, key), val)
-    fkey, fval = key[first], val[first]
     order = _argsort_distinct(fkey)
     fkey, fval = fkey[order], fval[order]
     at = search_sorted(fkey, key).clamp_(max=len(fkey) - 1)
