@@ -171,6 +171,9 @@ def test_when_to_pack():
     assert not want_packed(None, 100, 100, torch.int16)                  # small: dense
     assert want_packed(None, 50_000, 2_000, torch.int32)                 # 400 MB: packed
     assert not want_packed(None, 50_000, 2_000, torch.int32, legal=40_000_000)   # large but not sparse
+    # a 2.7x gain: packed above PACK_LARGE_BYTES (40 MB dense here), dense below it (10 MB)
+    assert want_packed(None, 10_000, 2_000, torch.int16, legal=2_500_000)
+    assert not want_packed(None, 2_500, 2_000, torch.int16, legal=625_000)
     assert want_packed(True, 3, 3, torch.int16) and not want_packed(False, 50_000, 2_000, torch.int32)
     with pytest.raises(ValueError, match="int16"):
         want_packed(True, 3, 40_000, torch.int16)

@@ -17,8 +17,10 @@ Why: on large JSON Schemas the dense table is 0.3-1% legal (JSONSchemaBench jrel
 2172 classes, 408 MB, 266K legal entries); packed it is those entries and a little slack.
 
 When (`want_packed`): a table stays dense below PACK_MIN_BYTES (the gather is all there is, and every table the
-tests and the mask benchmarks build stays bit-identical), and where it is not sparse enough to gain
-PACK_MIN_GAIN x; above, it is packed. `pack=True/False` forces either (tests run the packed path on small grammars).
+tests and the mask benchmarks build stays bit-identical), and where it is not sparse enough to gain PACK_MIN_GAIN x,
+or 2x where the dense table passes PACK_LARGE_BYTES (32 MB: JSONSchemaBench's o62899 on Llama 3 is 43 MB dense, 12%
+legal, 14 MB packed); otherwise it is packed. `pack=True/False` forces either (tests run the packed path on small
+grammars).
 
 Placement (`place_rows`), vectorised and deterministic (a fixed seed):
   * rows with more than SMALL_ROW entries go on top of everything placed, one block per distinct column set: a
@@ -43,6 +45,8 @@ from .next_codes import ILLEGAL
 
 PACK_MIN_BYTES = 4 << 20     # dense tables below 4 MB stay dense: the gather is all there is, and it is small
 PACK_MIN_GAIN = 4            # pack only where the packed table is at most a quarter of the dense one
+PACK_LARGE_BYTES = 32 << 20  # a dense table above 32 MB (issue 29's device-memory bound) is packed where that
+PACK_LARGE_GAIN = 2          # at least halves it: memory first, where a table is that large
 MAX_CLASSES = 32767          # the check is int16 (and holds -1 for a free slot)
 SMALL_ROW = 48               # rows with at most this many entries are placed in random rounds, the others in blocks
 _TIERS = ((25, 48), (13, 24), (7, 12), (4, 6), (3, 3), (2, 2), (1, 1))   # the random rounds' row sizes
@@ -129,7 +133,7 @@ def want_packed(pack: bool | None, num_rows: int, num_classes: int, dtype: torch
                 legal: int | None = None) -> bool:
     """Whether a table of that shape is stored packed: `pack` True/False forces it (True refuses C >= 32768);
     None (auto): at least PACK_MIN_BYTES dense and, where `legal` (entries) is known, sparse enough that the
-    packed form is at most 1/PACK_MIN_GAIN of the dense one."""
+    packed form is at most 1/PACK_MIN_GAIN of the dense one (1/PACK_LARGE_GAIN above PACK_LARGE_BYTES dense)."""
     if pack is not None:
         if pack and num_classes > MAX_CLASSES:
             raise ValueError(f"pack=True: a table of {num_classes} token classes cannot be packed (the check is "
@@ -141,7 +145,8 @@ def want_packed(pack: bool | None, num_rows: int, num_classes: int, dtype: torch
     if legal is None:
         return True
     width = torch.empty(0, dtype=dtype).element_size()
-    return packed_bound(legal, num_rows, num_classes) * (width + 2) + 4 * num_rows <= dense / PACK_MIN_GAIN
+    gain = PACK_LARGE_GAIN if dense > PACK_LARGE_BYTES else PACK_MIN_GAIN
+    return packed_bound(legal, num_rows, num_classes) * (width + 2) + 4 * num_rows <= dense / gain
 
 
 def packed_bound(legal: int, num_rows: int, num_classes: int) -> int:
