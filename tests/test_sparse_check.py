@@ -55,3 +55,15 @@ def test_sparse_classes_by_each_lookup(cells, spread, n, raw, seed):
             if sets[a]:
                 by_count.setdefault(len(sets[a]), set()).add(frozenset(sets[a]))
         assert calls[0] == all(len(v) == 1 for v in by_count.values())
+
+
+@settings(max_examples=100, deadline=None)
+@given(rows=st.integers(1, 30), cols=st.integers(1, 20), density=st.floats(0, 1), seed=st.integers(0, 1000))
+def test_unique_bool_rows_is_torch_unique(rows, cols, density, seed):
+    """classes.unique_bool_rows against torch.unique(dim=0): the same distinct rows, in the same order, and the same
+    index per row (blocks.py numbers its exit patterns by it, so tables depend on the order)."""
+    g = torch.Generator().manual_seed(seed)
+    m = torch.rand(rows, cols, generator=g) < density
+    want, want_inv = torch.unique(m, dim=0, return_inverse=True)
+    got, got_inv = classes.unique_bool_rows(m)
+    assert torch.equal(got, want) and torch.equal(got_inv, want_inv)

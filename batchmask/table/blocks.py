@@ -19,7 +19,7 @@ import torch
 
 from ..grammar.values import close_ok, stays_need
 from ..select import pick
-from .classes import column_classes
+from .classes import column_classes, unique_bool_rows
 from .next_codes import encode_relative
 from .signature import STAYS, STOPS
 
@@ -74,7 +74,7 @@ def value_rows(aut, sigs, exit_cls, blocks_of, shapes_of, rep, far, dev, segment
                 if len(js) == 1:            # one block: its pattern (what torch.unique gives, without its sort)
                     patterns, pattern_of = exits >= 0, torch.zeros(1, dtype=torch.int64, device=dev)
                 else:
-                    patterns, pattern_of = torch.unique(exits >= 0, dim=0, return_inverse=True)
+                    patterns, pattern_of = unique_bool_rows(exits >= 0)
                 sources = patterns.to(torch.int32)
             else:
                 sources, pattern_of = exits, torch.arange(len(js), device=dev)

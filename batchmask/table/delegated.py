@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from .classes import search_sorted
+from .classes import search_sorted, unique_sorted
 from .next_codes import ILLEGAL
 
 
@@ -39,7 +39,10 @@ def walked_edges(aut, edges: torch.Tensor, computed_ids: torch.Tensor) -> tuple[
     read = (cell >= 0) & (_index_in(computed_ids, cell) >= 0)
     if not bool(read.any()):
         return edges, none
-    delegates = torch.unique(torch.stack([edges[read, 0], cell[read]], 1), dim=0)
+    # the distinct (state, cell) pairs, ascending: one int64 key each (torch.unique(dim=0) sorts rows, ~50x slower)
+    width = int(cell.max()) + 1
+    key = unique_sorted(edges[read, 0] * width + cell[read])
+    delegates = torch.stack([key // width, key % width], 1)
     return edges[~read], delegates
 
 
