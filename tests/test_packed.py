@@ -161,7 +161,7 @@ def test_column_sets_groups_rows_by_their_column_sets(rows):
     """Ids equal exactly where the rows' sets are equal (Python's frozenset equality is the reference)."""
     n = np.array([len(r) for r in rows])
     col = np.concatenate([sorted(r) for r in rows]).astype(np.int64)
-    ids = column_sets(col, np.cumsum(n) - n, n, np.arange(len(rows)), 41)
+    ids = column_sets(col, np.cumsum(n) - n, n, np.arange(len(rows)))
     for i in range(len(rows)):
         for j in range(len(rows)):
             assert (ids[i] == ids[j]) == (rows[i] == rows[j])

@@ -195,7 +195,7 @@ def place_rows(row: np.ndarray, col: np.ndarray, num_rows: int, num_classes: int
     space = _Space(int(1.25 * len(row)) + 2 * C)
     base = np.full(R, -1, dtype=np.int64)
     large = np.flatnonzero(n > SMALL_ROW)
-    sets = column_sets(col, start, n, large, C)                                       # [k] set id per large row
+    sets = column_sets(col, start, n, large)                                          # [k] set id per large row
     firsts = np.unique(sets, return_index=True)[1]                                     # a row of each set
     for i in firsts[np.argsort(-n[large[firsts]], kind="stable")]:                     # largest sets first
         rows = large[sets == sets[i]]                                                  # ascending
@@ -216,25 +216,13 @@ def place_rows(row: np.ndarray, col: np.ndarray, num_rows: int, num_classes: int
     return base
 
 
-_SET_BITS = 1 << 24           # bits of the set matrix column_sets builds at a time
-
-
-def column_sets(col: np.ndarray, start: np.ndarray, n: np.ndarray, rows: np.ndarray, C: int) -> np.ndarray:
-    """int64 [k]: an id per row of `rows` (int64 [k]), equal where the rows' column sets are equal. `col` is grouped
-    by row (row r's columns are col[start[r]:start[r] + n[r]]). Each row becomes C bits; the bit rows are grouped
-    by np.unique, a block of rows at a time so the bool matrix stays small."""
-    if not rows.size:
-        return np.zeros(0, dtype=np.int64)
-    step = max(1, _SET_BITS // C)
-    bits = []
-    for s in range(0, rows.size, step):
-        r = rows[s:s + step]
-        k = n[r]
-        first = np.cumsum(k) - k
-        m = np.zeros((r.size, C), dtype=bool)
-        m[np.repeat(np.arange(r.size), k), col[np.repeat(start[r] - first, k) + np.arange(int(k.sum()))]] = True
-        bits.append(np.packbits(m, axis=1))
-    return np.unique(np.concatenate(bits), axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
+def column_sets(col: np.ndarray, start: np.ndarray, n: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """int64 [k]: an id per row of `rows` (int64 [k]), equal exactly where the rows' column sets are equal, numbered
+    by first row. `col` is grouped by row, ascending within it (row r's columns are col[start[r]:start[r] + n[r]]),
+    so a set is its bytes: one dict lookup per row (a few thousand large rows, a few MB of columns in all)."""
+    ids: dict[bytes, int] = {}
+    return np.array([ids.setdefault(col[start[r]:start[r] + n[r]].tobytes(), len(ids)) for r in rows.tolist()],
+                    dtype=np.int64)
 
 
 def block_shift(cols: np.ndarray, k: int, C: int) -> int:
