@@ -195,10 +195,9 @@ def place_rows(row: np.ndarray, col: np.ndarray, num_rows: int, num_classes: int
     space = _Space(int(1.25 * len(row)) + 2 * C)
     base = np.full(R, -1, dtype=np.int64)
     large = np.flatnonzero(n > SMALL_ROW)
-    sets = column_sets(col, start, n, large)                                          # [k] set id per large row
-    firsts = np.unique(sets, return_index=True)[1]                                     # a row of each set
-    for i in firsts[np.argsort(-n[large[firsts]], kind="stable")]:                     # largest sets first
-        rows = large[sets == sets[i]]                                                  # ascending
+    sets = column_sets(col, start, n, large)                      # [k] set id per large row, by first row
+    groups = np.split(large[np.argsort(sets, kind="stable")], np.cumsum(np.bincount(sets))[:-1]) if large.size else []
+    for rows in sorted(groups, key=lambda g: -n[g[0]]):                                # largest sets first (stable)
         cols = col[start[rows[0]]:start[rows[0]] + n[rows[0]]]
         b = max(space.top - int(cols[0]), space.top_base + 1)                           # past every slot and base
         bases = b + block_shift(cols, rows.size, C) * np.arange(rows.size)             # [k]

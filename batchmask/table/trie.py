@@ -119,12 +119,14 @@ def walk(trie: VocabTrie, delta: np.ndarray, byte_class: np.ndarray, src: np.nda
     enter the same string on its quote): each distinct pair is walked once (`_walk_distinct`) and its tokens are
     handed to every edge that has it."""
     key = byte.astype(np.int64) * (delta.shape[0] + 1) + (after.astype(np.int64) + 1)
-    keys, first, inverse, count = np.unique(key, return_index=True, return_inverse=True, return_counts=True)
-    if len(keys) == len(key):
+    by_pair = np.argsort(key, kind="stable")                  # the edges of pair 0, then of pair 1, ...
+    sorted_key = key[by_pair]
+    start = np.flatnonzero(np.r_[True, sorted_key[1:] != sorted_key[:-1]])    # [U] each pair's first edge in by_pair
+    if len(start) == len(key):
         return _walk_distinct(trie, delta, byte_class, src, byte, after, src)
-    pair, tok, nxt = _walk_distinct(trie, delta, byte_class, np.arange(len(keys)), byte[first], after[first], src)
-    by_pair = np.argsort(inverse, kind="stable")              # the edges of pair 0, then of pair 1, ...
-    start = np.cumsum(count) - count
+    first = by_pair[start]                                    # an edge of each pair
+    count = np.diff(np.r_[start, len(key)])
+    pair, tok, nxt = _walk_distinct(trie, delta, byte_class, np.arange(len(start)), byte[first], after[first], src)
     n = count[pair]                                           # each found token goes to every edge of its pair
     if int(n.sum()) > _BUDGET.get():                          # as many (state, token) moves as the walk could find
         _refuse(src)
