@@ -17,19 +17,22 @@ import json
 import os
 from typing import TYPE_CHECKING
 
+# The compiler and the schema side load with this module (torch comes with automaton.form already), not inside
+# the calls: a first compile pays no imports. `import batchmask` and the CLI's start stay light (batchmask/__init__.py).
 from . import checks
 from .automaton.form import gc_paused
+from .compiler import compiled as compiler
 from .schema.base import collect
+from .schema.build import SchemaOptions, canonical_schema, schema_node
 from .tools.choice import reply_key, reply_node
 from .tools.envelope import get_envelope, is_typed, registry_key, registry_node
 from .tools.registry import RegistryError, ToolRegistry
 
-if TYPE_CHECKING:                       # annotations only: importing torch here would slow `import batchmask`
+if TYPE_CHECKING:                       # annotations only
     import torch
 
     from .compiler.compiled import CompiledGrammar
     from .models.tokenizer_base import BaseTokenizer
-    from .schema.build import SchemaOptions
 
 
 def _options_key(options):
@@ -45,7 +48,6 @@ def call_grammar_key(registry: ToolRegistry, format: str = "seed", max_string: i
     """What a call grammar depends on (JSON-able): registry canonical form, format, options, byte rule, caps."""
     get_envelope(format)
     if options is None and any(is_typed(t) for t in registry):
-        from .schema.build import SchemaOptions
         options = SchemaOptions()
     key = {"grammar": "call", "format": format, "registry": registry_key(registry), "max_string": max_string,
            "utf8": bool(utf8), "options": _options_key(options)}
@@ -65,9 +67,7 @@ def call_node(registry: ToolRegistry, format: str = "seed", max_string: int = 25
 def schema_grammar_key(schema, options=None) -> dict:
     """What a bare-schema grammar depends on (JSON-able)."""
     if options is None:
-        from .schema.build import SchemaOptions
         options = SchemaOptions()
-    from .schema.build import canonical_schema
     return {"grammar": "json-schema", "schema": json.loads(json.dumps(canonical_schema(schema))), "utf8": True,
             "options": _options_key(options)}
 
@@ -99,7 +99,6 @@ def compile_grammar(registry: ToolRegistry, tokenizer: BaseTokenizer, *, format:
         raise RegistryError(f"compile_grammar needs a ToolRegistry, got {type(registry).__name__}")
     _check_tokenizer("compile_grammar", tokenizer)
     max_string = checks.integer("max_string", max_string, 1)
-    from .compiler import compiled as compiler
     if uses_seed_path(registry, format):
         return _seed_path(compiler)(registry, tokenizer, max_string=max_string, utf8=utf8, device=device, pack=pack)
     key = call_grammar_key(registry, format, max_string, utf8, options)
@@ -136,8 +135,6 @@ def compile_json_schema(schema: dict | bool | str, tokenizer: BaseTokenizer, *, 
             raise ValueError(f"<schema>: not valid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
     if not isinstance(schema, (dict, bool)):
         raise ValueError(f"<schema>: a JSON Schema is an object (or true/false), got {type(schema).__name__}")
-    from .compiler import compiled as compiler
-    from .schema.build import SchemaOptions, schema_node
     opts = options if options is not None else SchemaOptions()
     key = schema_grammar_key(schema, opts)
 
@@ -156,7 +153,6 @@ def narrower_if_too_large(attempt, options: SchemaOptions | None, schemas: list)
     closed, a narrowing its grammar's relaxations report. The key stays the caller's: the same arguments give the
     same table."""
     from .automaton.nfa import GrammarBuildError
-    from .schema.build import SchemaOptions
     from .schema.objects import writes_other_keys
     from .table.trie import pairs_budget
     opts = options if options is not None else SchemaOptions()
@@ -195,7 +191,6 @@ def compile_grammars(items: list, tokenizer: BaseTokenizer, *, format: str = "se
             raise RegistryError(f"compile_grammars: item {i} is a {type(item).__name__}, not a ToolRegistry "
                                 f"(or a batchmask.run.schema_task.SchemaTask)")
     keys = [item_key(item, format, max_string, utf8, options) for item in items]
-    from .compiler import compiled as compiler
     if len(items) == 1:
         item = items[0]
         if isinstance(item, ToolRegistry):

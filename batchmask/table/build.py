@@ -43,10 +43,11 @@ from .blocks import (
     value_rows,
 )
 from .classes import classes_of, first_of_each, in_first_use_order, refine, search_sorted, unique_sorted
-from .delegated import cell_moves, walked_edges
+from .delegated import cell_moves, split_edges, walked_edges
 from .next_codes import encode_relative, encode_targets, index_targets
 from .packed import Packed
 from .tokensim import ByteSteps, VocabPrep, after_stops, explicit_columns
+from .trie import shared_budget
 from .write import RowParts
 
 
@@ -54,13 +55,27 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask, pack: bool 
     """The factored tables of `aut` on `prep`'s vocabulary (see the module docstring). `pack`: row_next packed
     (True), dense (False), or as table/packed.py's `want_packed` judges its size (None); a packed table comes
     with row_base and row_check (else None) and row_next holds its codes."""
+    with shared_budget():               # the explicit states' two walks count as one (table/trie.py)
+        return _build(aut, prep, dev, _once(far), pack)
+
+
+def _build(aut: Automaton, prep: VocabPrep, dev, far, pack: bool | None) -> dict:
     vocab = prep.vocab
     V, S = len(vocab), aut.num_states
-    far = _once(far)                    # each block's far cells: asked for by the rows and their layout
     done = S
     delta_np, byte_class, to_c_np, from_c_np = byte_table(aut, vocab.max_len, vocab.max_tail)
     steps = ByteSteps.of(delta_np, byte_class, vocab, dev)
     to_c, from_c = torch.as_tensor(to_c_np, device=dev), torch.as_tensor(from_c_np, device=dev)
+
+    def walk(edges):                    # (src, tok, next state) of the tokens walked from each edge's byte
+        src, tok, nxt = explicit_columns(torch.stack([edges[:, 0], edges[:, 1], to_c[edges[:, 2]].long()], 1),
+                                         steps, vocab)
+        return src, tok, from_c[nxt]
+
+    # Explicit states' edges that no block cell takes over, walked over the trie first: where thousands of tokens
+    # are legal in many states the walk is refused (table/trie.py MAX_PAIRS) before the value work below.
+    alone, shared, shared_cell = split_edges(aut, torch.as_tensor(aut.edges, device=dev).reshape(-1, 3))
+    walked_alone = walk(alone)
 
     # Explicit states: sparse (state, token, next) triples.
     explicit = torch.as_tensor(explicit_states(aut), device=dev)                         # [E] ascending
@@ -109,11 +124,8 @@ def build_tables(aut: Automaton, prep: VocabPrep, dev, far=far_mask, pack: bool 
     value_ids, which, codes, layouts = value_part(far, True)                           # [Nk], [Nk], [M, Cv]
     # Explicit states, walked over the trie; the moves some take exactly as a block cell does are read from
     # that cell's row instead (table/delegated.py).
-    edges = torch.as_tensor(aut.edges, device=dev).reshape(-1, 3)
-    edges, delegates = walked_edges(aut, edges, computed_ids=value_ids)
-    edges_c = torch.stack([edges[:, 0], edges[:, 1], to_c[edges[:, 2]].long()], 1)
-    src, tok, nxt = explicit_columns(edges_c, steps, vocab)
-    nxt = from_c[nxt]
+    edges, delegates = walked_edges(shared, shared_cell, computed_ids=value_ids)
+    src, tok, nxt = (torch.cat(x) for x in zip(walked_alone, walk(edges)))
     token_class = refine(value_class, tok, src, nxt)
     rep = first_of_each(token_class)
     C = len(rep)

@@ -27,16 +27,28 @@ def _index_in(ids: torch.Tensor, wanted: torch.Tensor) -> torch.Tensor:
     return torch.where(ids.index_select(0, found) == wanted, found, torch.full_like(found, -1))
 
 
-def walked_edges(aut, edges: torch.Tensor, computed_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(the edges [E', 3] of aut.edges the trie walk still takes, the delegates int64 [D, 2] (state, cell): the
-    pairs whose edges it leaves out). An edge is left out only where its cell has a row of its own among the
-    computed cells `computed_ids` (a far cell shares another's row: its tokens are walked as before)."""
+def split_edges(aut, edges: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(the edges [E1, 3] of aut.edges that are always walked, the edges [E2, 3] that a cell may take over, their
+    cells int64 [E2]). The first part is known before any block row is worked out: table/build.py walks it first,
+    so that a walk past its budget is refused before the value work."""
+    if aut.edge_cell is None:
+        return edges, edges[:0], torch.zeros(0, dtype=torch.int64, device=edges.device)
+    cell = torch.as_tensor(aut.edge_cell, device=edges.device)
+    alone = cell < 0
+    return edges[alone], edges[~alone], cell[~alone]
+
+
+def walked_edges(edges: torch.Tensor, cell: torch.Tensor, computed_ids: torch.Tensor) -> tuple[torch.Tensor,
+                                                                                              torch.Tensor]:
+    """(the edges [E', 3] of `edges` (each with a cell, split_edges) the trie walk still takes, the delegates
+    int64 [D, 2] (state, cell): the pairs whose edges it leaves out). An edge is left out only where its cell has a
+    row of its own among the computed cells `computed_ids` (a far cell shares another's row: its tokens are walked
+    as before)."""
     dev = edges.device
     none = torch.zeros((0, 2), dtype=torch.int64, device=dev)
-    if aut.edge_cell is None or not len(computed_ids):
+    if not len(cell) or not len(computed_ids):
         return edges, none
-    cell = torch.as_tensor(aut.edge_cell, device=dev)
-    read = (cell >= 0) & (_index_in(computed_ids, cell) >= 0)
+    read = _index_in(computed_ids, cell) >= 0
     if not bool(read.any()):
         return edges, none
     # the distinct (state, cell) pairs, ascending: one int64 key each (torch.unique(dim=0) sorts rows, ~50x slower)

@@ -22,6 +22,7 @@ from ..automaton.nfa import GrammarBuildError
 # (JsonSchemaStore templatesources: 20M before Repeats of wide byte items became blocks, automaton/runs.py)
 MAX_PAIRS = 12_000_000
 _BUDGET = contextvars.ContextVar("pairs_budget", default=MAX_PAIRS)
+_SPENT = contextvars.ContextVar("pairs_spent", default=None)     # [pairs] walked so far in a shared_budget block
 
 
 @contextlib.contextmanager
@@ -33,6 +34,22 @@ def pairs_budget(n: int):
         yield
     finally:
         _BUDGET.reset(token)
+
+
+@contextlib.contextmanager
+def shared_budget():
+    """The walks inside the block draw on one budget: each is refused past what the walks before it left (a
+    table build walks its explicit states in two parts, table/build.py, and they count as one walk)."""
+    token = _SPENT.set([0])
+    try:
+        yield
+    finally:
+        _SPENT.reset(token)
+
+
+def _left() -> int:
+    spent = _SPENT.get()
+    return _BUDGET.get() - (spent[0] if spent is not None else 0)
 
 
 @dataclass
@@ -118,6 +135,9 @@ def walk(trie: VocabTrie, delta: np.ndarray, byte_class: np.ndarray, src: np.nda
     What a walk finds depends on (byte, after) alone, and many edges share them (states of many places that
     enter the same string on its quote): each distinct pair is walked once (`_walk_distinct`) and its tokens are
     handed to every edge that has it."""
+    if not len(src):
+        return tuple(np.zeros(0, dtype=np.int64) for _ in range(3))
+    left = _left()
     key = byte.astype(np.int64) * (delta.shape[0] + 1) + (after.astype(np.int64) + 1)
     by_pair = np.argsort(key, kind="stable")                  # the edges of pair 0, then of pair 1, ...
     sorted_key = key[by_pair]
@@ -128,7 +148,7 @@ def walk(trie: VocabTrie, delta: np.ndarray, byte_class: np.ndarray, src: np.nda
     count = np.diff(np.r_[start, len(key)])
     pair, tok, nxt = _walk_distinct(trie, delta, byte_class, np.arange(len(start)), byte[first], after[first], src)
     n = count[pair]                                           # each found token goes to every edge of its pair
-    if int(n.sum()) > _BUDGET.get():                          # as many (state, token) moves as the walk could find
+    if int(n.sum()) > left:                                   # as many (state, token) moves as the walk could find
         _refuse(src)
     return (src[by_pair[_spread(start[pair], n)]], np.repeat(tok, n), np.repeat(nxt, n))
 
@@ -154,7 +174,7 @@ def _walk_distinct(trie: VocabTrie, delta: np.ndarray, byte_class: np.ndarray, s
     who, node, cur = src[ok], node[ok], after[ok].astype(wide)
     out_src, out_tok, out_next = [], [], []
     found = tried = 0
-    limit = _BUDGET.get()
+    limit = _left()
     for d, lv in enumerate(trie.levels):
         n = lv.end_n[node]                                     # the tokens spelled by these prefixes end here
         found += len(node)                                     # the work: live (edge, prefix) pairs walked
@@ -175,5 +195,8 @@ def _walk_distinct(trie: VocabTrie, delta: np.ndarray, byte_class: np.ndarray, s
         who, node, cur = np.repeat(who, n)[keep], child[keep], nxt[keep].astype(wide)
         if not len(node):
             break
+    spent = _SPENT.get()
+    if spent is not None:
+        spent[0] += found
     return tuple(np.concatenate(x).astype(np.int64, copy=False) if x else np.zeros(0, dtype=np.int64)
                  for x in (out_src, out_tok, out_next))
