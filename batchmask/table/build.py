@@ -46,8 +46,8 @@ from .classes import classes_of, first_of_each, in_first_use_order, refine, sear
 from .delegated import cell_moves, split_edges, walked_edges
 from .next_codes import encode_relative, encode_targets, index_targets
 from .packed import Packed
-from .tokensim import ByteSteps, VocabPrep, after_stops, explicit_columns
-from .trie import shared_budget
+from .tokensim import ByteSteps, VocabPrep, after_stops, explicit_pairs
+from .trie import Walked, shared_budget
 from .write import RowParts
 
 
@@ -67,10 +67,8 @@ def _build(aut: Automaton, prep: VocabPrep, dev, far, pack: bool | None) -> dict
     steps = ByteSteps.of(delta_np, byte_class, vocab, dev)
     to_c, from_c = torch.as_tensor(to_c_np, device=dev), torch.as_tensor(from_c_np, device=dev)
 
-    def walk(edges):                    # (src, tok, next state) of the tokens walked from each edge's byte
-        src, tok, nxt = explicit_columns(torch.stack([edges[:, 0], edges[:, 1], to_c[edges[:, 2]].long()], 1),
-                                         steps, vocab)
-        return src, tok, from_c[nxt]
+    def walk(edges) -> Walked:          # the tokens walked from each edge's byte, per distinct (byte, after) pair
+        return explicit_pairs(torch.stack([edges[:, 0], edges[:, 1], to_c[edges[:, 2]].long()], 1), steps, vocab)
 
     # Explicit states' edges that no block cell takes over, walked over the trie first: where thousands of tokens
     # are legal in many states the walk is refused (table/trie.py MAX_PAIRS) before the value work below.
@@ -125,8 +123,8 @@ def _build(aut: Automaton, prep: VocabPrep, dev, far, pack: bool | None) -> dict
     # Explicit states, walked over the trie; the moves some take exactly as a block cell does are read from
     # that cell's row instead (table/delegated.py).
     edges, delegates = walked_edges(shared, shared_cell, computed_ids=value_ids)
-    src, tok, nxt = (torch.cat(x) for x in zip(walked_alone, walk(edges)))
-    token_class = refine(value_class, tok, src, nxt)
+    walked = Walked.cat(walked_alone, walk(edges))
+    token_class, (src, tok, nxt) = _walked_classes(walked, value_class, from_c)
     rep = first_of_each(token_class)
     C = len(rep)
     spread = value_class[rep]                                                          # [C] value class of each
@@ -217,6 +215,26 @@ def _build(aut: Automaton, prep: VocabPrep, dev, far, pack: bool | None) -> dict
                 row_check=row_check, num_classes=num_classes, row_legal=row_legal,
                 row_final=row_final, targets=targets, segment_start=seg_start, segment_base=seg_base,
                 done_state=done)
+
+
+def _walked_classes(walked: Walked, value_class: torch.Tensor, from_c: torch.Tensor):
+    """(token_class [V], the walked moves (src, tok, nxt) of enough tokens: one per class at least). Classes are the
+    value classes split by the tokens' moves from the explicit states, found in two steps on fewer entries than the
+    moves: first by the moves per walked (byte, after) pair (walked.pair), which is finer (two tokens that start with
+    different bytes may move alike from every state), then the classes of that step by the moves of one token each
+    (handed to the states, Walked.moves). Equal moves per pair mean equal moves per state, so this is the grouping
+    by moves per state."""
+    dev = value_class.device
+    pair, tok, nxt = (torch.from_numpy(x).to(dev) for x in (walked.pair, walked.tok, walked.nxt))
+    by_pair = refine(value_class, tok, pair, from_c[nxt])                               # [V]
+    first = first_of_each(by_pair)                                                      # [C1] a token of each
+    is_first = torch.zeros(len(value_class), dtype=torch.bool, device=dev)
+    is_first[first] = True
+    moves = walked.moves(is_first.index_select(0, tok).cpu().numpy())
+    src, tok, nxt = (torch.from_numpy(x).to(dev) for x in moves)
+    nxt = from_c[nxt]
+    merged = refine(value_class.index_select(0, first), by_pair.index_select(0, tok), src, nxt)   # [C1]
+    return merged.index_select(0, by_pair), (src, tok, nxt)
 
 
 def _state_rows(row_of: torch.Tensor, explicit: torch.Tensor, done: int, templates: list, parts: RowParts):

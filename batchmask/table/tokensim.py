@@ -25,11 +25,11 @@ import torch
 from ..grammar.values import ValueType
 from .classes import classes_of
 from .signature import DIES, STAYS, STOPS, Signature, compute_signature
-from .trie import VocabTrie
+from .trie import VocabTrie, Walked, walk_pairs
 from .trie import walk as trie_walk
 
 __all__ = ["DIES", "STAYS", "STOPS", "Signature", "FlatVocab", "VocabPrep", "prepare_vocab", "explicit_columns",
-           "after_stops", "run_tokens"]
+           "explicit_pairs", "after_stops", "run_tokens"]
 
 
 class FlatVocab:
@@ -218,6 +218,13 @@ def explicit_columns(edges: torch.Tensor, steps: ByteSteps, vocab: FlatVocab):
     e = edges.cpu().numpy().astype(np.int64, copy=False).reshape(-1, 3)
     out = trie_walk(vocab.trie, steps.delta, steps.byte_class, e[:, 0], e[:, 1], e[:, 2])
     return tuple(torch.from_numpy(np.ascontiguousarray(x, dtype=np.int64)).to(dev) for x in out)
+
+
+def explicit_pairs(edges: torch.Tensor, steps: ByteSteps, vocab: FlatVocab) -> Walked:
+    """explicit_columns' finds before they are handed to the edges: per distinct (byte, state after it) of the edges,
+    on the host (table/trie.py Walked; its moves() are explicit_columns' triples)."""
+    e = edges.cpu().numpy().astype(np.int64, copy=False).reshape(-1, 3)
+    return walk_pairs(vocab.trie, steps.delta, steps.byte_class, e[:, 0], e[:, 1], e[:, 2])
 
 
 def after_stops(sig: Signature, blocks: list, steps: ByteSteps, to_compact: torch.Tensor,

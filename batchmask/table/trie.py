@@ -126,31 +126,61 @@ def _spread(at: np.ndarray, n: np.ndarray) -> np.ndarray:
     return np.repeat(at - start, n) + np.arange(total, dtype=at.dtype)
 
 
+@dataclass
+class Walked:
+    """A walk's finds per distinct (byte, after) pair of its edges, and the edges of each pair: the moves of edge e are
+    its pair's (tok, nxt) with src[e] in front. Grouping tokens by their moves per pair groups them as their moves per
+    state would, but finer, on a fraction of the entries (table/build.py refines in two steps on that)."""
+    pair: np.ndarray           # int64 [P]: the pair of each find (pairs numbered 0..U-1)
+    tok: np.ndarray            # int64 [P]: a token that lives past its last byte from the pair
+    nxt: np.ndarray            # int64 [P]: the state after it
+    edge_src: np.ndarray       # int64 [E]: the edges' sources, grouped by pair (pair 0's edges first)
+    edge_at: np.ndarray        # int64 [U]: where each pair's edges start in edge_src
+    edge_n: np.ndarray         # int64 [U]: how many edges each pair has
+
+    def moves(self, keep: np.ndarray | None = None):
+        """(src, tok, nxt) int64 of the finds (those where `keep`, bool [P]), each handed to every edge of its pair."""
+        pair, tok, nxt = (self.pair, self.tok, self.nxt) if keep is None else (self.pair[keep], self.tok[keep],
+                                                                               self.nxt[keep])
+        n = self.edge_n[pair]
+        return self.edge_src[_spread(self.edge_at[pair], n)], np.repeat(tok, n), np.repeat(nxt, n)
+
+    @staticmethod
+    def cat(a: Walked, b: Walked) -> Walked:
+        """Two walks' finds as one (b's pairs numbered after a's)."""
+        U = len(a.edge_at)
+        return Walked(np.concatenate([a.pair, b.pair + U]), np.concatenate([a.tok, b.tok]),
+                      np.concatenate([a.nxt, b.nxt]), np.concatenate([a.edge_src, b.edge_src]),
+                      np.concatenate([a.edge_at, b.edge_at + len(a.edge_src)]), np.concatenate([a.edge_n, b.edge_n]))
+
+
 def walk(trie: VocabTrie, delta: np.ndarray, byte_class: np.ndarray, src: np.ndarray, byte: np.ndarray,
          after: np.ndarray):
     """Every token that starts with byte[i], fed from state after[i] (byte table delta [Sc, K], -1 illegal,
     byte_class [256]) past its first byte: (src[i], token, state after its last byte) for those that live,
-    as int64 arrays.
+    as int64 arrays (walk_pairs(...).moves())."""
+    return walk_pairs(trie, delta, byte_class, src, byte, after).moves()
 
-    What a walk finds depends on (byte, after) alone, and many edges share them (states of many places that
-    enter the same string on its quote): each distinct pair is walked once (`_walk_distinct`) and its tokens are
-    handed to every edge that has it."""
+
+def walk_pairs(trie: VocabTrie, delta: np.ndarray, byte_class: np.ndarray, src: np.ndarray, byte: np.ndarray,
+               after: np.ndarray) -> Walked:
+    """walk's finds before they are handed to the edges (Walked). What a walk finds depends on (byte, after) alone,
+    and many edges share them (states of many places that enter the same string on its quote): each distinct pair
+    is walked once (`_walk_distinct`)."""
+    empty = np.zeros(0, dtype=np.int64)
     if not len(src):
-        return tuple(np.zeros(0, dtype=np.int64) for _ in range(3))
+        return Walked(empty, empty, empty, empty, empty, empty)
     left = _left()
     key = byte.astype(np.int64) * (delta.shape[0] + 1) + (after.astype(np.int64) + 1)
     by_pair = np.argsort(key, kind="stable")                  # the edges of pair 0, then of pair 1, ...
     sorted_key = key[by_pair]
     start = np.flatnonzero(np.r_[True, sorted_key[1:] != sorted_key[:-1]])    # [U] each pair's first edge in by_pair
-    if len(start) == len(key):
-        return _walk_distinct(trie, delta, byte_class, src, byte, after, src)
     first = by_pair[start]                                    # an edge of each pair
     count = np.diff(np.r_[start, len(key)])
     pair, tok, nxt = _walk_distinct(trie, delta, byte_class, np.arange(len(start)), byte[first], after[first], src)
-    n = count[pair]                                           # each found token goes to every edge of its pair
-    if int(n.sum()) > left:                                   # as many (state, token) moves as the walk could find
+    if int(count[pair].sum()) > left:                         # as many (state, token) moves as the walk could find
         _refuse(src)
-    return (src[by_pair[_spread(start[pair], n)]], np.repeat(tok, n), np.repeat(nxt, n))
+    return Walked(pair, tok, nxt, src[by_pair].astype(np.int64, copy=False), start, count)
 
 
 def _refuse(src: np.ndarray):
