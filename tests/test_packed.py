@@ -22,6 +22,7 @@ from batchmask.compiler.compiled import CompiledGrammar
 from batchmask.compiler.sets import combine
 from batchmask.masker import BatchMasker
 from batchmask.table.packed import (
+    _claimed_twice,
     block_shift,
     codes_at,
     column_sets,
@@ -165,6 +166,17 @@ def test_column_sets_groups_rows_by_their_column_sets(rows):
     for i in range(len(rows)):
         for j in range(len(rows)):
             assert (ids[i] == ids[j]) == (rows[i] == rows[j])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-3, 12), max_size=40))
+def test_claimed_twice_marks_the_values_that_repeat(xs):
+    """The placement's round finds clashing claims by sorting them: each entry is marked iff its value occurs again
+    (collections.Counter is the reference)."""
+    from collections import Counter
+    count = Counter(xs)
+    got = _claimed_twice(np.array(xs, dtype=np.int64))
+    assert got.tolist() == [count[x] > 1 for x in xs]
 
 
 def test_when_to_pack():
