@@ -223,8 +223,12 @@ def _walked_classes(walked: Walked, value_class: torch.Tensor, from_c: torch.Ten
     moves: first by the moves per walked (byte, after) pair (walked.pair), which is finer (two tokens that start with
     different bytes may move alike from every state), then the classes of that step by the moves of one token each
     (handed to the states, Walked.moves). Equal moves per pair mean equal moves per state, so this is the grouping
-    by moves per state."""
+    by moves per state. Where the pairs' edges are few (under two a find), the moves are grouped in one step."""
     dev = value_class.device
+    if int(walked.edge_n[walked.pair].sum()) < 2 * len(walked.pair):   # few edges share a pair: one step is less
+        src, tok, nxt = (torch.from_numpy(x).to(dev) for x in walked.moves())
+        nxt = from_c[nxt]
+        return refine(value_class, tok, src, nxt), (src, tok, nxt)
     pair, tok, nxt = (torch.from_numpy(x).to(dev) for x in (walked.pair, walked.tok, walked.nxt))
     by_pair = refine(value_class, tok, pair, from_c[nxt])                               # [V]
     first = first_of_each(by_pair)                                                      # [C1] a token of each
