@@ -169,6 +169,27 @@ def test_keys_beside_declared_properties_give_way_when_the_automaton_is_too_larg
         assert state < 0                                           # the other key is refused
 
 
+def test_a_refused_first_attempt_stops_before_the_value_rows(monkeypatch):
+    """The explicit states' edges no block cell takes over are walked first (table/build.py), so a first attempt past
+    the walk's budget is refused before any value row is worked out: the value rows are built once, for the
+    compile that is kept."""
+    from test_schema_unbounded import tokenizer
+
+    import batchmask.api as api
+    import batchmask.table.build as build
+    calls = []
+    real = build.value_rows
+    monkeypatch.setattr(build, "value_rows", lambda *a, **k: calls.append(1) or real(*a, **k))
+    schema = {"type": "object", "properties": {"a": I, "b": {"type": "string"}}, "additionalProperties": B}
+    api.compile_json_schema(schema, tokenizer())
+    assert len(calls) == 1                                         # within the budget: one attempt
+    monkeypatch.setattr(api, "OTHER_KEYS_PAIRS", 10)
+    calls.clear()
+    g = api.compile_json_schema(schema, tokenizer())
+    assert [r["kind"] for r in g.relaxations] == ["narrowed"]      # the first attempt was refused ...
+    assert len(calls) == 1                                         # ... before its value rows
+
+
 # --- refusals -------------------------------------------------------------------------------------------
 REFUSALS = [
     ({"type": "object", "patternProperties": {"^a": I, "b": B}}, "#/patternProperties/b",
