@@ -25,7 +25,7 @@ import torch
 from ..grammar.values import ValueType
 from .classes import classes_of
 from .signature import DIES, STAYS, STOPS, Signature, compute_signature
-from .trie import VocabTrie, Walked, walk_pairs
+from .trie import VocabTrie, Walked, unbudgeted, walk_pairs
 from .trie import walk as trie_walk
 
 __all__ = ["DIES", "STAYS", "STOPS", "Signature", "FlatVocab", "VocabPrep", "prepare_vocab", "explicit_columns",
@@ -235,7 +235,9 @@ def after_stops(sig: Signature, blocks: list, steps: ByteSteps, to_compact: torc
 
     The byte that ends the value must be one of the block's ending bytes; the rest of the token
     then runs from the state that byte leads to. Events are kept sparse so: a type's events are every
-    token with a byte the value cannot hold (most of a vocabulary), its blocks' ending bytes a few.
+    token with a byte the value cannot hold (most of a vocabulary), its blocks' ending bytes a few. Per ending byte,
+    a few blocks run each (block, event) on its own; thousands (a value written out at every use) walk the events'
+    rests over their trie from the blocks' distinct starts (`_rests_from`): a rest dies at its first byte from most.
     """
     dev = vocab.flat.device
     E = len(sig.ev_tok)
@@ -246,9 +248,45 @@ def after_stops(sig: Signature, blocks: list, steps: ByteSteps, to_compact: torc
                                                                       to_compact, from_compact))
     exits = np.stack([b.exits for b in blocks])                                   # [B, 256] global ids
     events = np.flatnonzero((exits >= 0).any(0)[ev_byte])                         # [E']
-    start = exits[:, ev_byte[events]]                                             # [B, E']
-    bi, ei = np.nonzero(start >= 0)
-    res = _run(steps, vocab, to_c[start[bi, ei]].astype(np.int64), ev_tok[events[ei]], ev_pos[events[ei]] + 1)
-    out = np.full(start.shape, -1, dtype=np.int64)
-    out[bi, ei] = np.where(res >= 0, from_c[np.maximum(res, 0)], -1)
+    out = np.full((len(blocks), len(events)), -1, dtype=np.int64)                 # [B, E']
+    rest_at, rest_n = vocab.offset_np[ev_tok] + ev_pos + 1, vocab.lengths_np[ev_tok] - ev_pos - 1     # [E]
+    for beta in np.unique(ev_byte[events]).tolist():          # per ending byte: the blocks it ends, its events
+        cols = np.flatnonzero(ev_byte[events] == beta)                            # [E_b] columns of its events
+        rows = np.flatnonzero(exits[:, beta] >= 0)                                # [B_b] blocks it ends
+        start = to_c[exits[rows, beta]].astype(np.int64)                          # [B_b] compact: rest starts here
+        evs = events[cols]
+        if len(rows) <= _WALK_FROM:              # few copies: each (block, event) run on its own
+            bi = np.repeat(np.arange(len(rows)), len(cols))
+            ei = np.tile(np.arange(len(cols)), len(rows))
+            res = _run(steps, vocab, start[bi], ev_tok[evs[ei]], ev_pos[evs[ei]] + 1).reshape(len(rows), len(cols))
+        else:                                     # many: the rests walked over their trie from each distinct start
+            starts, u = np.unique(start, return_inverse=True)                     # (-1, outside the table: dies)
+            res = _rests_from(np.maximum(starts, 0), rest_at[evs], rest_n[evs], steps, vocab)[u.reshape(-1)]
+            res[start < 0] = -1                                                   # [B_b, E_b]
+        out[np.ix_(rows, cols)] = np.where(res >= 0, from_c[np.maximum(res, 0)], -1)
     return torch.from_numpy(events).to(dev), torch.from_numpy(out).to(dev)
+
+
+# an ending byte that ends more blocks than this has its events' rests walked over a trie from the blocks' distinct
+# starts (tokens share rests, and a rest dies at its first byte from most starts) instead of run block by block
+_WALK_FROM = 8
+
+
+def _rests_from(starts: np.ndarray, at: np.ndarray, n: np.ndarray, steps: ByteSteps, vocab: FlatVocab) -> np.ndarray:
+    """int64 [U, R]: the compact state after the bytes flat[at[r] : at[r] + n[r]] (rest r of a token) from compact
+    state starts[u] (-1 where it dies; the start itself for a rest of no bytes). The rests, laid end to end, make a
+    trie (table/trie.py), walked from every start at once: the work is the live (start, rest prefix) pairs."""
+    out = np.full((len(starts), len(at)), -1, dtype=np.int64)
+    if not len(starts):
+        return out
+    out[:, n == 0] = starts[:, None]
+    pos = np.cumsum(n) - n                                                        # the rests laid end to end
+    flat = np.append(vocab.flat_u8[np.repeat(at - pos, n) + np.arange(int(n.sum()))], np.uint8(0))
+    trie = VocabTrie.of(None, flat, pos, n)
+    first = np.flatnonzero(trie.first >= 0)                                       # [nb] bytes a rest starts with
+    nxt = steps.delta[starts][:, steps.byte_class[first]]                         # [U, nb]
+    u, b = np.nonzero(nxt >= 0)
+    with unbudgeted():
+        src, rest, end = walk_pairs(trie, steps.delta, steps.byte_class, u, first[b], nxt[u, b]).moves()
+    out[src, rest] = end
+    return out
