@@ -225,18 +225,18 @@ def _walked_classes(walked: Walked, value_class: torch.Tensor, from_c: torch.Ten
     (handed to the states, Walked.moves). Equal moves per pair mean equal moves per state, so this is the grouping
     by moves per state. Where the pairs' edges are few (under two a find), the moves are grouped in one step."""
     dev = value_class.device
+
+    def on_device(src, tok, nxt):       # host arrays -> tensors, next states in the automaton's ids
+        return torch.from_numpy(src).to(dev), torch.from_numpy(tok).to(dev), from_c[torch.from_numpy(nxt).to(dev)]
     if int(walked.edge_n[walked.pair].sum()) < 2 * len(walked.pair):   # few edges share a pair: one step is less
-        src, tok, nxt = (torch.from_numpy(x).to(dev) for x in walked.moves())
-        nxt = from_c[nxt]
+        src, tok, nxt = on_device(*walked.moves())
         return refine(value_class, tok, src, nxt), (src, tok, nxt)
-    pair, tok, nxt = (torch.from_numpy(x).to(dev) for x in (walked.pair, walked.tok, walked.nxt))
-    by_pair = refine(value_class, tok, pair, from_c[nxt])                               # [V]
+    pair, tok, nxt = on_device(walked.pair, walked.tok, walked.nxt)
+    by_pair = refine(value_class, tok, pair, nxt)                                       # [V]
     first = first_of_each(by_pair)                                                      # [C1] a token of each
     is_first = torch.zeros(len(value_class), dtype=torch.bool, device=dev)
     is_first[first] = True
-    moves = walked.moves(is_first.index_select(0, tok).cpu().numpy())
-    src, tok, nxt = (torch.from_numpy(x).to(dev) for x in moves)
-    nxt = from_c[nxt]
+    src, tok, nxt = on_device(*walked.moves(is_first.index_select(0, tok).cpu().numpy()))
     merged = refine(value_class.index_select(0, first), by_pair.index_select(0, tok), src, nxt)   # [C1]
     return merged.index_select(0, by_pair), (src, tok, nxt)
 

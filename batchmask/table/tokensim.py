@@ -25,8 +25,7 @@ import torch
 from ..grammar.values import ValueType
 from .classes import classes_of
 from .signature import DIES, STAYS, STOPS, Signature, compute_signature
-from .trie import VocabTrie, Walked, unbudgeted, walk_pairs
-from .trie import walk as trie_walk
+from .trie import VocabTrie, Walked, spread, unbudgeted, walk_pairs
 
 __all__ = ["DIES", "STAYS", "STOPS", "Signature", "FlatVocab", "VocabPrep", "prepare_vocab", "explicit_columns",
            "explicit_pairs", "after_stops", "run_tokens"]
@@ -215,9 +214,8 @@ def explicit_columns(edges: torch.Tensor, steps: ByteSteps, vocab: FlatVocab):
     promised order.
     """
     dev = vocab.flat.device
-    e = edges.cpu().numpy().astype(np.int64, copy=False).reshape(-1, 3)
-    out = trie_walk(vocab.trie, steps.delta, steps.byte_class, e[:, 0], e[:, 1], e[:, 2])
-    return tuple(torch.from_numpy(np.ascontiguousarray(x, dtype=np.int64)).to(dev) for x in out)
+    return tuple(torch.from_numpy(np.ascontiguousarray(x, dtype=np.int64)).to(dev)
+                 for x in explicit_pairs(edges, steps, vocab).moves())
 
 
 def explicit_pairs(edges: torch.Tensor, steps: ByteSteps, vocab: FlatVocab) -> Walked:
@@ -280,9 +278,8 @@ def _rests_from(starts: np.ndarray, at: np.ndarray, n: np.ndarray, steps: ByteSt
     if not len(starts):
         return out
     out[:, n == 0] = starts[:, None]
-    pos = np.cumsum(n) - n                                                        # the rests laid end to end
-    flat = np.append(vocab.flat_u8[np.repeat(at - pos, n) + np.arange(int(n.sum()))], np.uint8(0))
-    trie = VocabTrie.of(None, flat, pos, n)
+    flat = np.append(vocab.flat_u8[spread(at, n)], np.uint8(0))                   # the rests laid end to end
+    trie = VocabTrie.of(None, flat, np.cumsum(n) - n, n)
     first = np.flatnonzero(trie.first >= 0)                                       # [nb] bytes a rest starts with
     nxt = steps.delta[starts][:, steps.byte_class[first]]                         # [U, nb]
     u, b = np.nonzero(nxt >= 0)

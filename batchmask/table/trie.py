@@ -131,7 +131,7 @@ def _byte_order(flat: np.ndarray, offset: np.ndarray, lengths: np.ndarray) -> np
     return np.lexsort(words.T[::-1]).astype(np.int64, copy=False)    # last key first: word 0 decides first
 
 
-def _spread(at: np.ndarray, n: np.ndarray) -> np.ndarray:
+def spread(at: np.ndarray, n: np.ndarray) -> np.ndarray:
     """Every index of every run [at[i], at[i] + n[i]), run after run: one repeat and one add."""
     total = int(n.sum())
     start = np.cumsum(n) - n
@@ -155,7 +155,7 @@ class Walked:
         pair, tok, nxt = (self.pair, self.tok, self.nxt) if keep is None else (self.pair[keep], self.tok[keep],
                                                                                self.nxt[keep])
         n = self.edge_n[pair]
-        return self.edge_src[_spread(self.edge_at[pair], n)], np.repeat(tok, n), np.repeat(nxt, n)
+        return self.edge_src[spread(self.edge_at[pair], n)], np.repeat(tok, n), np.repeat(nxt, n)
 
     @staticmethod
     def cat(a: Walked, b: Walked) -> Walked:
@@ -222,7 +222,7 @@ def _walk_distinct(trie: VocabTrie, delta: np.ndarray, byte_class: np.ndarray, s
         found += len(node)                                     # the work: live (edge, prefix) pairs walked
         if found > limit or tried > 2 * limit:
             _refuse(states)
-        out_tok.append(lv.end_tok[_spread(lv.end_at[node], n)])
+        out_tok.append(lv.end_tok[spread(lv.end_at[node], n)])
         out_src.append(np.repeat(who, n))
         out_next.append(np.repeat(cur, n))
         if d + 1 == len(trie.levels):
@@ -231,7 +231,7 @@ def _walk_distinct(trie: VocabTrie, delta: np.ndarray, byte_class: np.ndarray, s
         tried += int(n.sum())                                  # the children stepped (most die at once)
         if tried > 2 * limit:
             continue                                           # refused above, before they are spread
-        child = _spread(lv.child_at[node], n)
+        child = spread(lv.child_at[node], n)
         nxt = flat_delta[np.repeat(cur * K, n) + cls[trie.levels[d + 1].byte[child]]]
         keep = nxt >= 0
         who, node, cur = np.repeat(who, n)[keep], child[keep], nxt[keep].astype(wide)
