@@ -21,11 +21,17 @@ def unique_sorted(x: torch.Tensor) -> torch.Tensor:
     """The sorted distinct values of the 1-D `x` (torch.unique(x))."""
     if x.device.type != "cpu":
         return torch.unique(x)
-    # a sort and a mask: np.unique without return_inverse takes numpy's hash path, ~12 ms on its first call
-    s = np.sort(x.numpy())
+    return torch.from_numpy(distinct(x.numpy()))
+
+
+def distinct(a: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of the 1-D array `a` (np.unique(a)), by a sort and a mask. np.unique without an
+    index or inverse takes numpy's hash path, which imports numpy.ma on its first call: 12-16 ms of a first compile
+    (the compile never calls it for that reason)."""
+    s = np.sort(a)
     keep = np.ones(len(s), dtype=bool)
     np.not_equal(s[1:], s[:-1], out=keep[1:])
-    return torch.from_numpy(s[keep])
+    return s[keep]
 
 
 def search_sorted(a: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

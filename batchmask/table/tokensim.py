@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ..grammar.values import ValueType
-from .classes import classes_of
+from .classes import classes_of, distinct
 from .signature import DIES, STAYS, STOPS, Signature, compute_signature
 from .trie import VocabTrie, Walked, spread, unbudgeted, walk_pairs
 
@@ -248,7 +248,7 @@ def after_stops(sig: Signature, blocks: list, steps: ByteSteps, to_compact: torc
     events = np.flatnonzero((exits >= 0).any(0)[ev_byte])                         # [E']
     out = np.full((len(blocks), len(events)), -1, dtype=np.int64)                 # [B, E']
     rest_at, rest_n = vocab.offset_np[ev_tok] + ev_pos + 1, vocab.lengths_np[ev_tok] - ev_pos - 1     # [E]
-    for beta in np.unique(ev_byte[events]).tolist():          # per ending byte: the blocks it ends, its events
+    for beta in distinct(ev_byte[events]).tolist():          # per ending byte: the blocks it ends, its events
         cols = np.flatnonzero(ev_byte[events] == beta)                            # [E_b] columns of its events
         rows = np.flatnonzero(exits[:, beta] >= 0)                                # [B_b] blocks it ends
         start = to_c[exits[rows, beta]].astype(np.int64)                          # [B_b] compact: rest starts here

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..automaton.nfa import GrammarBuildError
+from .classes import distinct
 
 # live (edge, prefix) pairs the explicit states' walk may carry, all levels together, at most (each is stepped,
 # and the tokens they spell are grouped, at a few million a second): past it the compile would take from tens of
@@ -197,7 +198,7 @@ def walk_pairs(trie: VocabTrie, delta: np.ndarray, byte_class: np.ndarray, src: 
 
 def _refuse(src: np.ndarray):
     raise GrammarBuildError(
-        f"grammar: more than {_BUDGET.get()} token prefixes live out of its {len(np.unique(src))} explicit states "
+        f"grammar: more than {_BUDGET.get()} token prefixes live out of its {len(distinct(src))} explicit states "
         "(states where thousands of tokens are legal, many of them: a string whose alternatives stay open side by "
         "side, such as pattern alternatives, written out again for every array item and property)")
 
