@@ -286,3 +286,49 @@ def test_forced_tokens_equal(vocabs):
         a, b = getattr(fd, k), getattr(fp, k)
         assert (torch.equal(a, b) if torch.is_tensor(a) else np.array_equal(a, b) if isinstance(a, np.ndarray)
                 else a == b), k
+
+
+# ----------------------------------------------------------------------------------------------------------
+# auto: the decision on the counted entries
+
+def _counting_entries(monkeypatch) -> list:
+    """RowParts._entries wrapped: the counts it returns, in order."""
+    from batchmask.table.write import RowParts
+    seen, entries = [], RowParts._entries
+
+    def counted(self, *args):
+        seen.append(entries(self, *args))
+        return seen[-1]
+    monkeypatch.setattr(RowParts, "_entries", counted)
+    return seen
+
+
+@pytest.mark.parametrize("vocab", ["llama2", "gpt2"])
+def test_entries_counted_on_the_parts_are_the_written_tables(vocabs, vocab, monkeypatch):
+    """The legal entries counted on the parts (what auto decides on) are the dense table's legal cells and the
+    packed table's owned slots, on every grammar."""
+    seen = _counting_entries(monkeypatch)
+    for name, build in grammars(vocabs[vocab]):
+        d, p = build(False), build(True)
+        assert len(seen) == 1, name                     # forced packed counts once; forced dense never
+        assert seen.pop() == int((d.row_next != -1).sum()) == int((p.row_check != -1).sum()), name
+
+
+def test_auto_writes_a_table_that_would_not_gain_dense_without_listing_its_entries(monkeypatch):
+    """Qwen2's catalogue table is 5.6 MB dense (past PACK_MIN_BYTES) and ~40% legal: auto counts its entries,
+    writes it dense straight away (never the list of a million triples), and it is the table pack=False writes."""
+    from batchmask.table.write import RowParts
+    from data_paths import qwen2_dir
+    tok = load_tokenizer(str(qwen2_dir() / "tokenizer.json"))
+    reg = ToolRegistry.from_obj(json.loads(CATALOGUE.read_text()))
+    dense = compile_grammar(reg, tok, format="json", pack=False)
+    seen = _counting_entries(monkeypatch)
+
+    def never(*args, **kwargs):
+        raise AssertionError("the entries were listed for a table that stays dense")
+    monkeypatch.setattr(RowParts, "_packed", never)
+    auto = compile_grammar(reg, tok, format="json")
+    assert want_packed(None, dense.num_rows, dense.num_classes, dense.row_next.dtype)      # the shape alone: pack
+    assert seen == [int((dense.row_next != -1).sum())] and not auto.packed
+    for f in ("token_class", "state_row", "row_next", "row_legal", "row_final", "targets"):
+        assert torch.equal(getattr(auto, f), getattr(dense, f)), f

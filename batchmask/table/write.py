@@ -164,8 +164,11 @@ class RowParts:
         col_src[final_col] = torch.arange(C, device=dev)                    # a class of each final column
 
         dtype = self.width(R)
-        if want_packed(packing, R, K, dtype):
-            table = self._packed(pos, Su, final_col, col_src, R, K, dtype, packing)
+        # packed where the shape asks for it and its legal entries (counted on the parts) are few enough: a table
+        # that would not gain is written dense straight away, its entries never listed
+        if want_packed(packing, R, K, dtype) and \
+                want_packed(packing, R, K, dtype, legal=self._entries(pos, Su, final_col, col_src)):
+            table = self._packed(pos, Su, final_col, col_src, R, K, dtype)
         else:
             if dev.type == "cpu":            # numpy's fill is ~5x torch's for int16
                 table = torch.from_numpy(np.full((R, K), -1, dtype=np.int16 if dtype == torch.int16 else np.int32))
@@ -201,9 +204,21 @@ class RowParts:
             else:
                 table.index_copy_(0, at, rows.index_select(1, d_cols))
 
-    def _packed(self, pos, Su, final_col, col_src, R, K, dtype, packing) -> torch.Tensor | Packed:
-        """The table's legal entries as (row, column, code) triples, packed (table/packed.py); dense after all
-        (written from the triples) where, auto, the entries turn out too many to gain."""
+    def _entries(self, pos, Su, final_col, col_src) -> int:
+        """The legal entries of the table as written (those `_packed` lists): a sparse row's entries on the first
+        class of each final column, and per written dense row its legal compact columns, each as many times as
+        final columns read it (a product, no list)."""
+        _, _, e_item, e_col, _, _ = self._grouped
+        at = pos.index_select(0, e_item)
+        n = int(((at >= 0) & (col_src.index_select(0, final_col.index_select(0, e_col)) == e_col)).sum())
+        written = torch.nonzero(pos[Su:] >= 0).flatten()
+        if len(written):
+            per_dc = torch.bincount(self.spread.index_select(0, col_src), minlength=self.dense.shape[1])   # [Cd]
+            n += int(_count_legal(self.dense.index_select(0, written), per_dc, self.num_classes).sum())
+        return n
+
+    def _packed(self, pos, Su, final_col, col_src, R, K, dtype) -> Packed:
+        """The table's legal entries as (row, column, code) triples, packed (table/packed.py)."""
         _, _, e_item, e_col, e_code, _ = self._grouped
         dev = self.dense.device
         at = pos.index_select(0, e_item)
@@ -225,11 +240,7 @@ class RowParts:
             cols.append(by_dc.index_select(0, torch.repeat_interleave(first.index_select(0, dc), reps) + offset))
             codes.append(torch.repeat_interleave(self.dense.index_select(0, written)[i, dc].long(), reps))
         row, col, code = torch.cat(rows), torch.cat(cols), torch.cat(codes)
-        if want_packed(packing, R, K, dtype, legal=len(row)):
-            return pack(row, col, code, R, K, dtype)
-        table = torch.full((R, K), -1, dtype=dtype, device=dev)
-        table[row, col] = code.to(dtype)
-        return table
+        return pack(row, col, code, R, K, dtype)
 
 
 def _dense_dot(m: torch.Tensor, w: torch.Tensor, exact: bool) -> torch.Tensor:
