@@ -13,7 +13,7 @@ if not torch.cuda.is_available():
 import numpy as np
 import pytest
 from batchmask.models.tokenizer import load_tokenizer
-from data_paths import CATALOGUE, data_dir
+from data_paths import CATALOGUE, data_dir, qwen2_dir
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -32,6 +32,7 @@ from batchmask.table.packed import (
     row_codes,
     want_packed,
 )
+from batchmask.table.write import RowParts
 from batchmask.tools.registry import ToolRegistry
 from tests.kernel_helpers import DEVICE, HAVE_TRITON
 
@@ -293,7 +294,6 @@ def test_forced_tokens_equal(vocabs):
 
 def _counting_entries(monkeypatch) -> list:
     """RowParts._entries wrapped: the counts it returns, in order."""
-    from batchmask.table.write import RowParts
     seen, entries = [], RowParts._entries
 
     def counted(self, *args):
@@ -317,8 +317,6 @@ def test_entries_counted_on_the_parts_are_the_written_tables(vocabs, vocab, monk
 def test_auto_writes_a_table_that_would_not_gain_dense_without_listing_its_entries(monkeypatch):
     """Qwen2's catalogue table is 5.6 MB dense (past PACK_MIN_BYTES) and ~40% legal: auto counts its entries,
     writes it dense straight away (never the list of a million triples), and it is the table pack=False writes."""
-    from batchmask.table.write import RowParts
-    from data_paths import qwen2_dir
     tok = load_tokenizer(str(qwen2_dir() / "tokenizer.json"))
     reg = ToolRegistry.from_obj(json.loads(CATALOGUE.read_text()))
     dense = compile_grammar(reg, tok, format="json", pack=False)
