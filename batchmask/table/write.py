@@ -20,6 +20,7 @@ so the table is the one a dense build gives, entry for entry.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -164,18 +165,17 @@ class RowParts:
         col_src[final_col] = torch.arange(C, device=dev)                    # a class of each final column
 
         dtype = self.width(R)
+        at = _Placed.of(self, pos, final_col, col_src)
         # packed where the shape asks for it and its legal entries (counted on the parts) are few enough: a table
         # that would not gain is written dense straight away, its entries never listed
-        if want_packed(packing, R, K, dtype) and \
-                want_packed(packing, R, K, dtype, legal=self._entries(pos, Su, final_col, col_src)):
-            table = self._packed(pos, Su, final_col, col_src, R, K, dtype)
+        if want_packed(packing, R, K, dtype) and want_packed(packing, R, K, dtype, legal=self._entries(at)):
+            table = self._packed(at, final_col, R, K, dtype)
         else:
             if dev.type == "cpu":            # numpy's fill is ~5x torch's for int16
                 table = torch.from_numpy(np.full((R, K), -1, dtype=np.int16 if dtype == torch.int16 else np.int32))
             else:
                 table = torch.full((R, K), -1, dtype=dtype, device=dev)
-            self._fill(table, pos, Su, final_col, col_src, dtype)
-
+            self._fill(table, at, final_col, dtype)
 
         # legal ids per row: the sizes of the token classes a row admits, summed on the parts (merged columns
         # are equal in every row, so counting the classes is counting the final columns)
@@ -188,59 +188,67 @@ class RowParts:
             legal[Su:] = _count_legal(self.dense, dsize, len(token_class))
         return out_class, table, legal.index_select(0, src).to(torch.int32)
 
-    def _fill(self, table, pos, Su, final_col, col_src, dtype) -> None:
+    def _fill(self, table, at: _Placed, final_col, dtype) -> None:
         """Write the rows into the dense table [R, K] (filled with -1)."""
-        _, _, e_item, e_col, e_code, _ = self._grouped
-        at = pos.index_select(0, e_item)
-        sel = at >= 0
-        table[at[sel], final_col.index_select(0, e_col[sel])] = e_code[sel].to(dtype)
-        written = torch.nonzero(pos[Su:] >= 0).flatten()                    # dense rows that are some row's
-        if len(written):
-            d_cols = self.spread.index_select(0, col_src)                   # [K] dense column of each
-            rows = self.dense.index_select(0, written).to(dtype)
-            at = pos[Su:].index_select(0, written)
+        _, _, _, e_col, e_code, _ = self._grouped
+        sel = at.entry_row >= 0
+        table[at.entry_row[sel], final_col.index_select(0, e_col[sel])] = e_code[sel].to(dtype)
+        if len(at.written):
+            rows = self.dense.index_select(0, at.written).to(dtype)
             if table.device.type == "cpu":   # numpy's row scatter is ~10x torch's index_copy_ on int16 here
-                table.numpy()[at.numpy()] = np.take(rows.numpy(), d_cols.numpy(), axis=1)
+                table.numpy()[at.written_row.numpy()] = np.take(rows.numpy(), at.d_cols.numpy(), axis=1)
             else:
-                table.index_copy_(0, at, rows.index_select(1, d_cols))
+                table.index_copy_(0, at.written_row, rows.index_select(1, at.d_cols))
 
-    def _entries(self, pos, Su, final_col, col_src) -> int:
+    def _entries(self, at: _Placed) -> int:
         """The legal entries of the table as written (those `_packed` lists): a sparse row's entries on the first
         class of each final column, and per written dense row its legal compact columns, each as many times as
         final columns read it (a product, no list)."""
-        _, _, e_item, e_col, _, _ = self._grouped
-        at = pos.index_select(0, e_item)
-        n = int(((at >= 0) & (col_src.index_select(0, final_col.index_select(0, e_col)) == e_col)).sum())
-        written = torch.nonzero(pos[Su:] >= 0).flatten()
-        if len(written):
-            per_dc = torch.bincount(self.spread.index_select(0, col_src), minlength=self.dense.shape[1])   # [Cd]
-            n += int(_count_legal(self.dense.index_select(0, written), per_dc, self.num_classes).sum())
+        n = int(at.listed.sum())
+        if len(at.written):
+            n += int(_count_legal(self.dense.index_select(0, at.written), at.d_count, self.num_classes).sum())
         return n
 
-    def _packed(self, pos, Su, final_col, col_src, R, K, dtype) -> Packed:
+    def _packed(self, at: _Placed, final_col, R, K, dtype) -> Packed:
         """The table's legal entries as (row, column, code) triples, packed (table/packed.py)."""
-        _, _, e_item, e_col, e_code, _ = self._grouped
+        _, _, _, e_col, e_code, _ = self._grouped
         dev = self.dense.device
-        at = pos.index_select(0, e_item)
-        # a merged column's classes are equal in every row: the entry of its first class stands for them all
-        sel = (at >= 0) & (col_src.index_select(0, final_col.index_select(0, e_col)) == e_col)
-        rows, cols, codes = [at[sel]], [final_col.index_select(0, e_col[sel])], [e_code[sel]]
-        written = torch.nonzero(pos[Su:] >= 0).flatten()                    # dense rows that are some row's
-        if len(written):
+        sel = at.listed
+        rows, cols, codes = [at.entry_row[sel]], [final_col.index_select(0, e_col[sel])], [e_code[sel]]
+        if len(at.written):
             # the legal entries of the compact rows [n, Cd], each spread over the final columns reading it
-            d_cols = self.spread.index_select(0, col_src)                   # [K] dense column of each
-            i, dc = torch.nonzero(self.dense.index_select(0, written) != -1, as_tuple=True)
-            by_dc = torch.argsort(d_cols, stable=True)                      # final columns grouped by dense column
-            count = torch.bincount(d_cols, minlength=self.dense.shape[1])   # [Cd] final columns per dense column
-            first = torch.cumsum(count, 0) - count
-            reps = count.index_select(0, dc)
+            i, dc = torch.nonzero(self.dense.index_select(0, at.written) != -1, as_tuple=True)
+            by_dc = torch.argsort(at.d_cols, stable=True)                   # final columns grouped by dense column
+            first = torch.cumsum(at.d_count, 0) - at.d_count
+            reps = at.d_count.index_select(0, dc)
             offset = torch.arange(int(reps.sum()), device=dev) - torch.repeat_interleave(torch.cumsum(reps, 0) - reps,
                                                                                          reps)
-            rows.append(torch.repeat_interleave(pos[Su:].index_select(0, written).index_select(0, i), reps))
+            rows.append(torch.repeat_interleave(at.written_row.index_select(0, i), reps))
             cols.append(by_dc.index_select(0, torch.repeat_interleave(first.index_select(0, dc), reps) + offset))
-            codes.append(torch.repeat_interleave(self.dense.index_select(0, written)[i, dc].long(), reps))
+            codes.append(torch.repeat_interleave(self.dense.index_select(0, at.written)[i, dc].long(), reps))
         row, col, code = torch.cat(rows), torch.cat(cols), torch.cat(codes)
         return pack(row, col, code, R, K, dtype)
+
+
+class _Placed(NamedTuple):
+    """Where the parts land in the written table (RowParts.write; read by _fill, _entries and _packed)."""
+    entry_row: torch.Tensor    # int64 [P]: the table row of each sparse entry's row, -1 where none is written
+    listed: torch.Tensor       # bool [P]: written, and on the first class of its final column (it stands for all)
+    written: torch.Tensor      # int64 [n]: the dense rows some table row is
+    written_row: torch.Tensor  # int64 [n]: that table row
+    d_cols: torch.Tensor       # int64 [K]: the dense column each final column reads
+    d_count: torch.Tensor      # int64 [Cd]: how many final columns read each dense column
+
+    @classmethod
+    def of(cls, parts: RowParts, pos, final_col, col_src) -> _Placed:
+        """pos: int64 [Su + Rd] the table row of each candidate (sparse classes, then dense rows), -1 if none."""
+        _, Su, e_item, e_col, _, _ = parts._grouped
+        entry_row = pos.index_select(0, e_item)
+        listed = (entry_row >= 0) & (col_src.index_select(0, final_col.index_select(0, e_col)) == e_col)
+        written = torch.nonzero(pos[Su:] >= 0).flatten()
+        d_cols = parts.spread.index_select(0, col_src)
+        return cls(entry_row, listed, written, pos[Su:].index_select(0, written), d_cols,
+                   torch.bincount(d_cols, minlength=parts.dense.shape[1]))
 
 
 def _dense_dot(m: torch.Tensor, w: torch.Tensor, exact: bool) -> torch.Tensor:
