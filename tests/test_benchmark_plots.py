@@ -42,8 +42,8 @@ CASES = [
                                                  and "first step" not in r["method"]})),
     ("compile", "compile.json", _bars,
      lambda d: 2 * sum(r["engine"] == "batchmask" for r in d["rows"])
-     + len({(r["engine"], r["registry"]) for r in d["rows"] if r["registry"] in
-            {q["registry"] for q in d["rows"] if q["engine"] != "batchmask"}})),
+     + len({(r["engine"], r["vocab"], r["registry"]) for r in d["rows"] if (r["vocab"], r["registry"]) in
+            {(q["vocab"], q["registry"]) for q in d["rows"] if q["engine"] != "batchmask"}})),
     ("formats", "formats.json", _bars, lambda d: sum(len(r["formats"]) for r in d["runs"])),
     ("hf_processor", "hf_processor.json", _lines,
      lambda d: sum(all(k in r for r in d["results"]) for k in

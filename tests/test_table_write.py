@@ -3,16 +3,35 @@
 A reference built the obvious way: every row as a dense list of codes, equal rows found by a dict, equal columns
 by another, legal ids counted token by token. The parts must give a table that is entry for entry the same
 function (row of each input row, class of each token), with no two rows or columns equal, and the same counts;
-sparse_classes (table/classes.py) is checked against a dict of entry sets, with and without forced hash collisions."""
+sparse_classes and refine (table/classes.py) are checked against a dict of entry sets, on both paths (the compiled
+helper and the numpy/torch reference; the reference with and without forced hash collisions)."""
 from __future__ import annotations
 
+import contextlib
+
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from batchmask.table import classes
 from batchmask.table.classes import sparse_classes
+from batchmask.table.native import grouping as NATIVE
 from batchmask.table.write import RowParts
+
+PATHS = [pytest.param("native", marks=pytest.mark.skipif(NATIVE is None, reason="table/_grouping.c is not built")),
+         "reference"]
+
+
+@contextlib.contextmanager
+def grouping_path(name: str):
+    """classes.py's grouping helpers on the compiled path or on the numpy/torch reference."""
+    old = classes.grouping
+    classes.grouping = NATIVE if name == "native" else None
+    try:
+        yield
+    finally:
+        classes.grouping = old
 
 
 @st.composite
@@ -98,17 +117,19 @@ def sparse_reference(item, col, val, n):
     return sets
 
 
+@pytest.mark.parametrize("path", PATHS)
 @settings(max_examples=100, deadline=None)
 @given(st.integers(1, 12), st.lists(st.tuples(st.integers(0, 11), st.integers(0, 5), st.integers(-3, 3)),
                                     max_size=40), st.booleans())
-def test_sparse_classes_group_equal_entry_sets(n, raw, collide):
+def test_sparse_classes_group_equal_entry_sets(path, n, raw, collide):
     item, col, val = entries_of(raw, n)
     mp = None
-    if collide:          # every entry hashes alike: only the exact check can tell the rows apart
+    if collide:          # the reference's entries all hash alike: only its exact check can tell the rows apart
         mp = classes._mix
         classes._mix = lambda x, m: torch.zeros_like(x)
     try:
-        ids = sparse_classes(item, col, val, n)
+        with grouping_path(path):
+            ids = sparse_classes(item, col, val, n)
     finally:
         if mp is not None:
             classes._mix = mp
@@ -121,15 +142,17 @@ def test_sparse_classes_group_equal_entry_sets(n, raw, collide):
     assert sorted(set(ids.tolist())) == list(range(int(ids.max()) + 1))      # dense ids
 
 
+@pytest.mark.parametrize("path", PATHS)
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.integers(0, 3), min_size=1, max_size=12),
        st.lists(st.tuples(st.integers(0, 11), st.integers(0, 4), st.integers(-2, 2)), max_size=40))
-def test_refine_splits_classes_by_entries(base_ids, raw):
+def test_refine_splits_classes_by_entries(path, base_ids, raw):
     base = torch.tensor(base_ids)
     base = torch.unique(base, return_inverse=True)[1]                        # dense ids, as refine expects
     V = len(base)
     item, col, val = entries_of(raw, V)
-    out = classes.refine(base, item, col, val)
+    with grouping_path(path):
+        out = classes.refine(base, item, col, val)
     sets = sparse_reference(item.tolist(), col.tolist(), val.tolist(), V)
     key = [(int(base[i]), sets[i]) for i in range(V)]                       # the class of an id: both together
     for a in range(V):

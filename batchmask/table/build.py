@@ -196,7 +196,7 @@ def _build(aut: Automaton, prep: VocabPrep, dev, far, pack: bool | None) -> dict
     # Rows are numbered by first use; the table is written in that order, its equal columns merged and numbered
     # by first use too (keys are sufficient, not necessary), so equal grammars give equal tables whatever the
     # hashing did (table/write.py).
-    token_class, row_next, row_legal = parts.write(row_order, token_class, pack)
+    token_class, row_next, row_legal = parts.write(row_order, token_class, pack, first_token=rep, class_size=class_size)
     num_classes = int(token_class.max()) + 1 if len(token_class) else 0   # every class has a token
     row_base = row_check = None
     if isinstance(row_next, Packed):

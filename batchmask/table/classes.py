@@ -4,6 +4,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .native import grouping
+
 # On the CPU, numpy's sorts are several times torch's (32K int64: np.unique 0.4 ms, torch.unique 1.5 ms;
 # searchsorted ~5x), and the compile calls them on every class and row grouping: these three take numpy's
 # there and give exactly what the torch call would (unique values ascending; leftmost insertion points).
@@ -131,6 +133,8 @@ def _members_equal(keys: torch.Tensor, inverse: torch.Tensor, rep: torch.Tensor,
 
 def first_of_each(inverse: torch.Tensor) -> torch.Tensor:
     """int64 [C]: the first index of each class id in `inverse` [V]."""
+    if grouping is not None and inverse.device.type == "cpu":
+        return torch.from_numpy(np.frombuffer(grouping.first_of_each(_host(inverse)), dtype=np.int64))
     C = int(inverse.max()) + 1
     rep = torch.full((C,), len(inverse), dtype=torch.int64, device=inverse.device)
     return rep.scatter_reduce_(0, inverse, torch.arange(len(inverse), device=inverse.device), reduce="amin")
@@ -138,7 +142,7 @@ def first_of_each(inverse: torch.Tensor) -> torch.Tensor:
 
 def in_first_use_order(inverse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Renumber class ids by first use: (new id per item [V], old id of each new class [C])."""
-    order = _argsort_distinct(first_of_each(inverse))            # old ids sorted by first use (distinct)
+    order = argsort_distinct(first_of_each(inverse))            # old ids sorted by first use (distinct)
     new_of_old = torch.empty_like(order)
     new_of_old[order] = torch.arange(len(order), device=order.device)
     return new_of_old[inverse], order
@@ -166,6 +170,10 @@ def sparse_classes(item: torch.Tensor, col: torch.Tensor, val: torch.Tensor, n_i
     dev = item.device
     if len(item) == 0:
         return torch.zeros(n_items, dtype=torch.int64, device=dev)
+    if grouping is not None and dev.type == "cpu":
+        out = np.empty(n_items, dtype=np.int64)
+        grouping.refine(None, _host(item), _host(col), _host(val), out)
+        return torch.from_numpy(out)
     x = col * 0x9E3779B1
     x += val
     total = torch.zeros(n_items, dtype=torch.int64, device=dev).index_add_(0, item, _mix(x, _M1))   # wraps: fine
@@ -221,13 +229,18 @@ def _same_entries_as_first(item, col, val, ids, rep) -> bool:
         table = torch.full((C * ncol,), none, dtype=torch.int64, device=dev)
         table[fkey] = fval
         return torch.equal(table.index_select(0, key), val)
-    order = _argsort_distinct(fkey)
+    order = argsort_distinct(fkey)
     fkey, fval = fkey[order], fval[order]
     at = search_sorted(fkey, key).clamp_(max=len(fkey) - 1)
     return torch.equal(fkey.index_select(0, at), key) and torch.equal(fval.index_select(0, at), val)
 
 
-def _argsort_distinct(x: torch.Tensor) -> torch.Tensor:
+def _host(x: torch.Tensor) -> np.ndarray:
+    """A CPU tensor as the C-contiguous int64 array the compiled helpers read (a view where it already is one)."""
+    return np.ascontiguousarray(x.numpy(), dtype=np.int64)
+
+
+def argsort_distinct(x: torch.Tensor) -> torch.Tensor:
     """The permutation that sorts the 1-D `x` of distinct values (so any sort gives it: numpy's on the CPU)."""
     if x.device.type != "cpu":
         return torch.argsort(x)
@@ -243,6 +256,10 @@ def refine(base: torch.Tensor, item: torch.Tensor, col: torch.Tensor, val: torch
     dev = base.device
     if len(item) == 0:
         return base
+    if grouping is not None and dev.type == "cpu":
+        out = np.empty(len(base), dtype=np.int64)
+        grouping.refine(_host(base), _host(item), _host(col), _host(val), out)
+        return torch.from_numpy(out)
     if 4 * len(item) < len(base):     # few entries: sort them (the items with entries, ascending, and each index)
         items = unique_sorted(item)                                            # [T]
         local = search_sorted(items, item)                                     # [P]

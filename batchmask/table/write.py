@@ -26,10 +26,10 @@ import numpy as np
 import torch
 
 from .classes import (
+    argsort_distinct,
     classes_of,
     column_classes,
     first_of_each,
-    in_first_use_order,
     pair_key,
     sparse_classes,
     unique_inverse,
@@ -134,12 +134,14 @@ class RowParts:
         lo, hi = self._codes_range
         return torch.int16 if -32768 <= lo and hi <= 32767 and R <= 32767 else torch.int32
 
-    def write(self, row_order: torch.Tensor, token_class: torch.Tensor, packing: bool | None = None):
+    def write(self, row_order: torch.Tensor, token_class: torch.Tensor, packing: bool | None = None, *,
+              first_token: torch.Tensor | None = None, class_size: torch.Tensor | None = None):
         """The table with row r = the rows of class row_order[r] (row_classes' ids), columns merged where equal
         and numbered by first use over the tokens. Returns (token_class [V], row_next, row_legal int32 [R]):
         row_next is [R, K] int16 where every code and row index fits, else int32, or, where table/packed.py's
         `want_packed(packing, ...)` says so, a Packed table written from the legal entries alone (the dense
-        [R, K] is never made)."""
+        [R, K] is never made). first_token [C] (each class's first token) and class_size [C] (its tokens) are
+        computed when not given (the builder has them)."""
         if self._grouped is None:
             raise RuntimeError("RowParts.write: call row_classes first (the rows are written by their classes)")
         sid, Su, e_item, e_col, e_code, cls = self._grouped
@@ -156,11 +158,17 @@ class RowParts:
             torch.zeros(C, dtype=torch.int64, device=dev)
         skey = sparse_classes(e_col, e_item, e_code, C)
         merged = unique_inverse(dkey * (int(skey.max()) + 1) + skey)                        # [C]
-        out_class, cls_order = in_first_use_order(merged.index_select(0, token_class))
-        new_of_merged = torch.empty_like(cls_order)
-        new_of_merged[cls_order] = torch.arange(len(cls_order), device=dev)
+        # final columns numbered by first use over the tokens: a merged column's first token is the least first
+        # token of its classes (worked out on the C classes, not the V tokens)
+        if first_token is None:
+            first_token = first_of_each(token_class)
+        K = int(merged.max()) + 1
+        first_use = torch.full((K,), len(token_class), dtype=torch.int64, device=dev)
+        first_use.scatter_reduce_(0, merged, first_token, reduce="amin")                    # [K] distinct
+        new_of_merged = torch.empty(K, dtype=torch.int64, device=dev)
+        new_of_merged[argsort_distinct(first_use)] = torch.arange(K, device=dev)
         final_col = new_of_merged.index_select(0, merged)                                    # [C] -> [K]
-        K = len(cls_order)
+        out_class = final_col.index_select(0, token_class)                                  # [V]
         col_src = torch.empty(K, dtype=torch.int64, device=dev)
         col_src[final_col] = torch.arange(C, device=dev)                    # a class of each final column
 
@@ -179,7 +187,7 @@ class RowParts:
 
         # legal ids per row: the sizes of the token classes a row admits, summed on the parts (merged columns
         # are equal in every row, so counting the classes is counting the final columns)
-        size = torch.bincount(token_class, minlength=C)                  # [C] tokens per class
+        size = torch.bincount(token_class, minlength=C) if class_size is None else class_size   # [C] tokens
         legal = torch.zeros(Su + Rd, dtype=torch.int64, device=dev)
         legal[:Su].index_add_(0, e_item, size.index_select(0, e_col))
         if Rd:

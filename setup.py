@@ -1,0 +1,8 @@
+"""The one part of the build pyproject.toml cannot say: the optional C extension batchmask.table._grouping.
+
+It is optional: where no C compiler is present setuptools skips it with a warning and the install goes on; the
+compile then runs its numpy/torch reference (batchmask/table/native.py says which is in use)."""
+from setuptools import Extension, setup
+
+setup(ext_modules=[Extension("batchmask.table._grouping", ["batchmask/table/_grouping.c"], optional=True,
+                             extra_compile_args=["-O2"])])
