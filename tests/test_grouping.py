@@ -117,6 +117,11 @@ def test_bad_arrays_are_named():
         NATIVE.refine(np.array([-1, 0, 0]), np.array([1]), np.array([0]), np.array([0]), np.empty(3, dtype=np.int64))
     with pytest.raises(ValueError, match=r"inverse\[2\] = -4 is negative"):
         NATIVE.first_of_each(np.array([0, 1, -4]))
+    free, one = np.zeros(8, dtype=bool), np.ones(1, dtype=np.int64)
+    with pytest.raises(ValueError, match=r"order\[0\] = 3 names no row's columns"):
+        NATIVE.first_fit(free, free, np.array([3]), np.zeros(1, dtype=np.int64), one, one, np.empty(1, np.int64), 8)
+    with pytest.raises(TypeError, match="used: expected a C-contiguous bool or uint8 array"):
+        NATIVE.first_fit(free, np.zeros(8), np.array([0]), np.zeros(1, dtype=np.int64), one, one, one.copy(), 8)
 
 
 @needs_native
