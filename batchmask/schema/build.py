@@ -48,7 +48,7 @@ from .json_values import (
     json_type,
 )
 from .nodes import alt, lit, node_accepts, seq, without_covered_literals
-from .refs import inline_refs, ref_node, ref_with_siblings, resolve
+from .refs import inline_refs, reachable_refs, ref_node, ref_with_siblings, resolve
 from .siblings import all_of_relaxed, merged_all_of, merged_branches
 from .strings import char_node, must_escape
 from .types import TYPE_BUILDERS, any_node, bounds, writes_multiple
@@ -84,11 +84,19 @@ def _build(schema, ptr: str, ctx: Ctx) -> Node:
 
 def _build_in_walk(schema: dict, ptr: str, ctx: Ctx) -> Node:
     """A subschema the global memo cannot key (it holds or sits under a $ref), built once per walk and context:
-    the same schema object, the same counts of the $refs being expanded (all that ref_node and the recursion
-    depth read of them), depth, options and separators give the same node. A $ref target used in a hundred places
-    is walked once. The schema object is kept with its node, so its id names it for the whole walk."""
-    counts = tuple(sorted((r, ctx.refs.count(r)) for r in set(ctx.refs))) if ctx.refs else ()
-    key = (id(schema), counts, ctx.depth, ctx.options, ctx.item_sep, ctx.key_sep)
+    the same schema object, depth, options and separators, and the same view of the $refs being expanded give the
+    same node. What a build reads of those $refs is how often each $ref it may expand is on the stack (ref_node,
+    inline_refs: only the $refs reachable from the subschema, refs.reachable_refs) and whether any is there twice
+    (types._enter: a recursion under way); the key holds just that, so a definition met under different unrelated
+    $refs is walked once, not once per stack. The schema object is kept with its node, so its id names it for the
+    whole walk."""
+    if ctx.refs:
+        reach = reachable_refs(schema, ctx)
+        counts = tuple(sorted((r, ctx.refs.count(r)) for r in set(ctx.refs) if r in reach))
+        recursing = len(set(ctx.refs)) < len(ctx.refs)
+    else:
+        counts, recursing = (), False
+    key = (id(schema), counts, recursing, ctx.depth, ctx.options, ctx.item_sep, ctx.key_sep)
     got = ctx.built.get(key)
     if got is not None:
         _, node, relaxed = got

@@ -42,7 +42,7 @@ def resolve(ref, rptr: str, ctx: Ctx):
     if ref in ("#", "#/"):
         return node
     if not ref.startswith("#/"):
-        found = _anchor(ctx.root, ref[1:])
+        found = anchor_target(ctx.root, ref[1:])
         if found is None:
             ctx.fail(rptr, f"$ref {ref!r}: no $anchor {ref[1:]!r} in the document")
         return found
@@ -52,7 +52,7 @@ def resolve(ref, rptr: str, ctx: Ctx):
     return node
 
 
-def _anchor(root, name: str):
+def anchor_target(root, name: str):
     """The subschema whose $anchor (or $dynamicAnchor) is `name` in the root's own resource: subschemas with an
     `$id` of their own are other resources, whose anchors a plain `#name` does not reach. None if there is none."""
     stack = [root]
@@ -66,6 +66,60 @@ def _anchor(root, name: str):
             stack.extend(reversed([v for k, v in n.items() if k not in ("enum", "const", "default", "examples")]))
         elif isinstance(n, list):
             stack.extend(reversed(n))
+    return None
+
+
+def reachable_refs(schema, ctx: Ctx) -> frozenset:
+    """The $ref strings a build of `schema` may expand: those written in it and, transitively, in their targets
+    (local ones, found as `resolve` finds them but without its notes and errors). Memoised per object for the
+    walk (in ctx.built, keyed apart from the nodes), each object's own $refs found once."""
+    memo = ctx.built.setdefault(("reach",), {})
+    got = memo.get(id(schema))
+    if got is not None:
+        return got[1]
+    seen, todo = set(), list(_own_refs(schema, memo))
+    while todo:
+        r = todo.pop()
+        if r not in seen:
+            seen.add(r)
+            target = _local_target(r, ctx.root)
+            if target is not None:
+                todo.extend(_own_refs(target, memo))
+    out = frozenset(seen)
+    memo[id(schema)] = (schema, out)
+    return out
+
+
+def _own_refs(node, memo: dict) -> frozenset:
+    """The $ref strings written anywhere in `node` (not inside enum/const/default/examples), memoised per object."""
+    key = ("own", id(node))
+    got = memo.get(key)
+    if got is not None:
+        return got[1]
+    refs = set()
+    if isinstance(node, dict):
+        if isinstance(node.get("$ref"), str):
+            refs.add(node["$ref"])
+        for k, v in node.items():
+            if k not in ("enum", "const", "default", "examples") and isinstance(v, (dict, list)):
+                refs |= _own_refs(v, memo)
+    elif isinstance(node, list):
+        for v in node:
+            if isinstance(v, (dict, list)):
+                refs |= _own_refs(v, memo)
+    out = frozenset(refs)
+    memo[key] = (node, out)
+    return out
+
+
+def _local_target(ref: str, root):
+    """The subschema a local $ref names (refs.resolve's reading), or None (not local, or naming nothing)."""
+    if ref in ("#", "#/"):
+        return root
+    if ref.startswith("#/"):
+        return pointer_target(root, ref)
+    if ref.startswith("#"):
+        return anchor_target(root, ref[1:])
     return None
 
 
