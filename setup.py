@@ -1,8 +1,10 @@
-"""The one part of the build pyproject.toml cannot say: the optional C extension batchmask.table._grouping.
+"""The one part of the build pyproject.toml cannot say: the optional C extension batchmask.table._native.
 
 It is optional: where no C compiler is present setuptools skips it with a warning and the install goes on; the
 compile then runs its numpy/torch reference (batchmask/table/native.py says which is in use)."""
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("batchmask.table._grouping", ["batchmask/table/_grouping.c"], optional=True,
-                             extra_compile_args=["-O2"])])
+SOURCES = [f"batchmask/table/_native/{name}.c" for name in ("module", "grouping", "packing", "walk", "walked")]
+
+setup(ext_modules=[Extension("batchmask.table._native", SOURCES, depends=["batchmask/table/_native/native.h"],
+                             optional=True, extra_compile_args=["-O2"])])

@@ -14,11 +14,10 @@ import pytest
 import torch
 from batchmask.models.tokenizer import load_tokenizer
 from data_paths import LLAMA2
-
-from batchmask.api import compile_json_schema
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from batchmask.api import compile_json_schema
 from batchmask.table import classes, trie
 from batchmask.table.native import helpers as NATIVE
 from batchmask.table.packed import row_codes
@@ -215,7 +214,7 @@ def test_walk_arrays_are_checked():
         NATIVE.walk(*vt.flat, delta, 3, cls, vt.first, one, one, one + 9, 10)
     vt.levels[0].child_n[:] = 99                                   # children past the trie's last node
     with pytest.raises(ValueError, match="a node points outside the trie"):
-        trie.VocabTrie(vt.levels, vt.first).flat
+        _ = trie.VocabTrie(vt.levels, vt.first).flat
 
 
 @needs_native

@@ -100,8 +100,8 @@ def sparse_tables(draw):
     return torch.where(legal, codes, -1).to(torch.int16)
 
 
-PLACEMENTS = [pytest.param("first fit", marks=pytest.mark.skipif(packed.grouping is None,
-                                                                  reason="table/_grouping.c is not built")),
+PLACEMENTS = [pytest.param("first fit", marks=pytest.mark.skipif(packed.helpers is None,
+                                                                  reason="table/_native/ is not built")),
               "random rounds"]
 
 
@@ -109,7 +109,7 @@ PLACEMENTS = [pytest.param("first fit", marks=pytest.mark.skipif(packed.grouping
 def placement(request, monkeypatch):
     """place_rows's rows of at most SMALL_ROW entries by the compiled first fit, or by the numpy random rounds."""
     if request.param == "random rounds":
-        monkeypatch.setattr(packed, "grouping", None)
+        monkeypatch.setattr(packed, "helpers", None)
     return request.param
 
 

@@ -37,15 +37,15 @@ def test_sparse_classes_by_each_lookup(cells, spread, n, raw, seed):
     def spy(*a):
         calls.append(real(*a))
         return calls[-1]
-    old = classes._LOOKUP_CELLS, classes._mix, classes._same_entries_as_first, classes.grouping
-    # the numpy/torch reference's lookups (the compiled helper, table/_grouping.c, is checked in test_grouping.py)
-    classes._LOOKUP_CELLS, classes._same_entries_as_first, classes.grouping = cells, spy, None
+    old = classes._LOOKUP_CELLS, classes._mix, classes._same_entries_as_first, classes.helpers
+    # the numpy/torch reference's lookups (the compiled helper, table/_native/, is checked in test_native.py)
+    classes._LOOKUP_CELLS, classes._same_entries_as_first, classes.helpers = cells, spy, None
     if seed:
         classes._mix = lambda x, m: torch.zeros_like(x)
     try:
         ids = classes.sparse_classes(item, col, val, n)
     finally:
-        classes._LOOKUP_CELLS, classes._mix, classes._same_entries_as_first, classes.grouping = old
+        classes._LOOKUP_CELLS, classes._mix, classes._same_entries_as_first, classes.helpers = old
     sets = entry_sets(item.tolist(), col.tolist(), val.tolist(), n)
     for a in range(n):
         for b in range(n):

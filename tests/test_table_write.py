@@ -16,22 +16,22 @@ from hypothesis import strategies as st
 
 from batchmask.table import classes
 from batchmask.table.classes import sparse_classes
-from batchmask.table.native import grouping as NATIVE
+from batchmask.table.native import helpers as NATIVE
 from batchmask.table.write import RowParts
 
-PATHS = [pytest.param("native", marks=pytest.mark.skipif(NATIVE is None, reason="table/_grouping.c is not built")),
+PATHS = [pytest.param("native", marks=pytest.mark.skipif(NATIVE is None, reason="table/_native/ is not built")),
          "reference"]
 
 
 @contextlib.contextmanager
 def grouping_path(name: str):
     """classes.py's grouping helpers on the compiled path or on the numpy/torch reference."""
-    old = classes.grouping
-    classes.grouping = NATIVE if name == "native" else None
+    old = classes.helpers
+    classes.helpers = NATIVE if name == "native" else None
     try:
         yield
     finally:
-        classes.grouping = old
+        classes.helpers = old
 
 
 @st.composite

@@ -44,6 +44,7 @@ from .blocks import (
 )
 from .classes import classes_of, first_of_each, in_first_use_order, refine, search_sorted, unique_sorted
 from .delegated import cell_moves, split_edges, walked_edges
+from .native import helpers
 from .next_codes import encode_relative, encode_targets, index_targets
 from .packed import Packed
 from .tokensim import ByteSteps, VocabPrep, after_stops, explicit_pairs
@@ -228,6 +229,12 @@ def _walked_classes(walked: Walked, value_class: torch.Tensor, from_c: torch.Ten
 
     def on_device(src, tok, nxt):       # host arrays -> tensors, next states in the automaton's ids
         return torch.from_numpy(src).to(dev), torch.from_numpy(tok).to(dev), from_c[torch.from_numpy(nxt).to(dev)]
+    if helpers is not None and dev.type == "cpu":       # in C, the moves never written out (table/_native/walked.c)
+        out = np.empty(len(value_class), dtype=np.int64)
+        nxt = from_c.numpy()[walked.nxt]
+        _, src, tok, nxt = helpers.refine_walked(value_class.numpy(), walked.pair, walked.tok, nxt, walked.edge_src,
+                                                 walked.edge_at, walked.edge_n, out)
+        return torch.from_numpy(out), tuple(torch.from_numpy(np.frombuffer(x, dtype=np.int64)) for x in (src, tok, nxt))
     if int(walked.edge_n[walked.pair].sum()) < 2 * len(walked.pair):   # few edges share a pair: one step is less
         src, tok, nxt = on_device(*walked.moves())
         return refine(value_class, tok, src, nxt), (src, tok, nxt)

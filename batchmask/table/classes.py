@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .native import grouping
+from .native import helpers
 
 # On the CPU, numpy's sorts are several times torch's (32K int64: np.unique 0.4 ms, torch.unique 1.5 ms;
 # searchsorted ~5x), and the compile calls them on every class and row grouping: these three take numpy's
@@ -133,8 +133,8 @@ def _members_equal(keys: torch.Tensor, inverse: torch.Tensor, rep: torch.Tensor,
 
 def first_of_each(inverse: torch.Tensor) -> torch.Tensor:
     """int64 [C]: the first index of each class id in `inverse` [V]."""
-    if grouping is not None and inverse.device.type == "cpu":
-        return torch.from_numpy(np.frombuffer(grouping.first_of_each(_host(inverse)), dtype=np.int64))
+    if helpers is not None and inverse.device.type == "cpu":
+        return torch.from_numpy(np.frombuffer(helpers.first_of_each(_host(inverse)), dtype=np.int64))
     C = int(inverse.max()) + 1
     rep = torch.full((C,), len(inverse), dtype=torch.int64, device=inverse.device)
     return rep.scatter_reduce_(0, inverse, torch.arange(len(inverse), device=inverse.device), reduce="amin")
@@ -170,9 +170,9 @@ def sparse_classes(item: torch.Tensor, col: torch.Tensor, val: torch.Tensor, n_i
     dev = item.device
     if len(item) == 0:
         return torch.zeros(n_items, dtype=torch.int64, device=dev)
-    if grouping is not None and dev.type == "cpu":
+    if helpers is not None and dev.type == "cpu":
         out = np.empty(n_items, dtype=np.int64)
-        grouping.refine(None, _host(item), _host(col), _host(val), out)
+        helpers.refine(None, _host(item), _host(col), _host(val), out)
         return torch.from_numpy(out)
     x = col * 0x9E3779B1
     x += val
@@ -256,9 +256,9 @@ def refine(base: torch.Tensor, item: torch.Tensor, col: torch.Tensor, val: torch
     dev = base.device
     if len(item) == 0:
         return base
-    if grouping is not None and dev.type == "cpu":
+    if helpers is not None and dev.type == "cpu":
         out = np.empty(len(base), dtype=np.int64)
-        grouping.refine(_host(base), _host(item), _host(col), _host(val), out)
+        helpers.refine(_host(base), _host(item), _host(col), _host(val), out)
         return torch.from_numpy(out)
     if 4 * len(item) < len(base):     # few entries: sort them (the items with entries, ascending, and each index)
         items = unique_sorted(item)                                            # [T]

@@ -1,18 +1,20 @@
-"""The compiled grouping helpers (table/_grouping.c), when they are there.
+"""The compile's hot loops in C (table/_native/), when they are there: the grouping helpers of classes.py (refine,
+sparse_classes, first_of_each), the packed rows' first fit (packed.py) and the explicit states' trie walk (trie.py).
 
-`grouping` is the extension module, or None: where it was not built (no C compiler at install time: setup.py
-marks it optional) or where the environment sets BATCHMASK_NATIVE=0. table/classes.py then runs its numpy/torch
-reference, which gives the same partitions (tests/test_grouping.py checks one against the other).
+`helpers` is the extension module, or None: where it was not built (no C compiler at install time: setup.py
+marks it optional) or where the environment sets BATCHMASK_NATIVE=0. Each caller then runs its numpy/torch
+reference, which gives the same partitions, the same walk and a valid packing (tests/test_native.py checks one
+against the other).
 """
 from __future__ import annotations
 
 import os
 
 try:
-    from . import _grouping as _built
+    from . import _native as _built
 except ImportError:                      # not built here: the reference runs
     _built = None
 
-grouping = None if os.environ.get("BATCHMASK_NATIVE", "1") == "0" else _built
+helpers = None if os.environ.get("BATCHMASK_NATIVE", "1") == "0" else _built
 
-__all__ = ["grouping"]
+__all__ = ["helpers"]

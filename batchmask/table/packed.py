@@ -45,7 +45,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .native import grouping
+from .native import helpers
 from .next_codes import ILLEGAL
 
 PACK_MIN_BYTES = 4 << 20     # dense tables below 4 MB stay dense: the gather is all there is, and it is small
@@ -210,10 +210,10 @@ def place_rows(row: np.ndarray, col: np.ndarray, num_rows: int, num_classes: int
         space.grow(int(bases[-1]) + C + 1)
         space.take(bases, (bases[:, None] + cols[None, :]).reshape(-1))
         base[rows] = bases
-    if grouping is not None:          # the rest by first fit, largest first (table/_grouping.c), empty rows last
+    if helpers is not None:          # the rest by first fit, largest first (table/_native/), empty rows last
         rest = np.flatnonzero(n <= SMALL_ROW)
         order = rest[np.argsort(-n[rest], kind="stable")]
-        grouping.first_fit(space.occupied, space.used, order, start, n, col, base, FIRST_FIT_TRIES)
+        helpers.first_fit(space.occupied, space.used, order, start, n, col, base, FIRST_FIT_TRIES)
         return base
     rng = np.random.default_rng(seed)
     for lo, hi in _TIERS:

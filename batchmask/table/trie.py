@@ -11,11 +11,13 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from ..automaton.nfa import GrammarBuildError
 from .classes import distinct
+from .native import helpers
 
 # live (edge, prefix) pairs the explicit states' walk may carry, all levels together, at most (each is stepped,
 # and the tokens they spell are grouped, at a few million a second): past it the compile would take from tens of
@@ -80,6 +82,28 @@ class Level:
 class VocabTrie:
     levels: list               # [Level]: levels[0] holds the one-byte prefixes
     first: np.ndarray          # int64 [256]: the one-byte prefix of each byte value in levels[0], -1 if none
+
+    @cached_property
+    def flat(self) -> tuple:
+        """The levels one after another, for the compiled walk (table/_native/): (byte, child_at, child_n, end_at,
+        end_n, end_tok, level_start), int64, with child_at and end_at indexing the whole arrays; checked here once
+        (every index the walk follows stays inside), so the walk need not check them each call."""
+        sizes = [len(lv.byte) for lv in self.levels]
+        level_start = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        ends = np.concatenate([[0], np.cumsum([len(lv.end_tok) for lv in self.levels])])
+        cat = (lambda xs: np.ascontiguousarray(np.concatenate(xs), dtype=np.int64) if xs else
+               np.zeros(0, dtype=np.int64))
+        byte = cat([lv.byte for lv in self.levels])
+        child_at = cat([lv.child_at + level_start[d + 1] for d, lv in enumerate(self.levels)])
+        child_n = cat([lv.child_n for lv in self.levels])
+        end_at = cat([lv.end_at + ends[d] for d, lv in enumerate(self.levels)])
+        end_n = cat([lv.end_n for lv in self.levels])
+        end_tok = cat([lv.end_tok for lv in self.levels])
+        N, M = len(byte), len(end_tok)
+        if not (np.all((byte >= 0) & (byte < 256) & (child_at >= 0) & (child_n >= 0) & (child_at + child_n <= N) &
+                       (end_at >= 0) & (end_n >= 0) & (end_at + end_n <= M)) and np.all(self.first < N)):
+            raise ValueError("VocabTrie: a node points outside the trie")
+        return byte, child_at, child_n, end_at, end_n, end_tok, level_start
 
     @classmethod
     def of(cls, token_bytes: list, flat: np.ndarray, offset: np.ndarray, lengths: np.ndarray) -> VocabTrie:
@@ -209,6 +233,15 @@ def _walk_distinct(trie: VocabTrie, delta: np.ndarray, byte_class: np.ndarray, s
     pairs; the pairs' state ids stay in delta's dtype (the walk is memory-bound). `states`: the explicit states
     a refusal counts."""
     K = delta.shape[1]
+    if helpers is not None and delta.dtype == np.int32 and delta.flags.c_contiguous:   # the same levels, in C
+        got = helpers.walk(*trie.flat, delta, K, np.ascontiguousarray(byte_class, dtype=np.int64), trie.first,
+                           *(np.ascontiguousarray(x, dtype=np.int64) for x in (src, byte, after)), _left())
+        if got is None:
+            _refuse(states)
+        spent = _SPENT.get()
+        if spent is not None:
+            spent[0] += got[3]
+        return tuple(np.frombuffer(x, dtype=np.int64) for x in got[:3])
     wide = np.int64 if delta.size >= 1 << 31 else np.int32        # cur * K + class must not wrap
     flat_delta = delta.reshape(-1)
     cls = byte_class.astype(wide)
