@@ -257,11 +257,12 @@ def after_stops(sig: Signature, blocks: list, steps: ByteSteps, to_compact: torc
             bi = np.repeat(np.arange(len(rows)), len(cols))
             ei = np.tile(np.arange(len(cols)), len(rows))
             res = _run(steps, vocab, start[bi], ev_tok[evs[ei]], ev_pos[evs[ei]] + 1).reshape(len(rows), len(cols))
+            out[np.ix_(rows, cols)] = np.where(res >= 0, from_c[np.maximum(res, 0)], -1)
         else:                                     # many: the rests walked over their trie from each distinct start
             starts, u = np.unique(start, return_inverse=True)                     # (-1, outside the table: dies)
-            res = _rests_from(np.maximum(starts, 0), rest_at[evs], rest_n[evs], steps, vocab)[u.reshape(-1)]
-            res[start < 0] = -1                                                   # [B_b, E_b]
-        out[np.ix_(rows, cols)] = np.where(res >= 0, from_c[np.maximum(res, 0)], -1)
+            res = _rests_from(np.maximum(starts, 0), rest_at[evs], rest_n[evs], steps, vocab, from_c)  # [U, E_b]
+            res[starts < 0] = -1
+            out[np.ix_(rows, cols)] = res[u.reshape(-1)]                          # [B_b, E_b]
     return torch.from_numpy(events).to(dev), torch.from_numpy(out).to(dev)
 
 
@@ -270,14 +271,17 @@ def after_stops(sig: Signature, blocks: list, steps: ByteSteps, to_compact: torc
 _WALK_FROM = 8
 
 
-def _rests_from(starts: np.ndarray, at: np.ndarray, n: np.ndarray, steps: ByteSteps, vocab: FlatVocab) -> np.ndarray:
+def _rests_from(starts: np.ndarray, at: np.ndarray, n: np.ndarray, steps: ByteSteps, vocab: FlatVocab,
+                ids: np.ndarray | None = None) -> np.ndarray:
     """int64 [U, R]: the compact state after the bytes flat[at[r] : at[r] + n[r]] (rest r of a token) from compact
-    state starts[u] (-1 where it dies; the start itself for a rest of no bytes). The rests, laid end to end, make a
-    trie (table/trie.py), walked from every start at once: the work is the live (start, rest prefix) pairs."""
+    state starts[u] (-1 where it dies; the start itself for a rest of no bytes), or ids[that state] (`ids`: compact ->
+    global, applied to the live entries only: most die). The rests, laid end to end, make a trie (table/trie.py),
+    walked from every start at once: the work is the live (start, rest prefix) pairs."""
+    ids = np.arange(steps.delta.shape[0], dtype=np.int64) if ids is None else ids
     out = np.full((len(starts), len(at)), -1, dtype=np.int64)
     if not len(starts):
         return out
-    out[:, n == 0] = starts[:, None]
+    out[:, n == 0] = ids[starts][:, None]
     flat = np.append(vocab.flat_u8[spread(at, n)], np.uint8(0))                   # the rests laid end to end
     trie = VocabTrie.of(None, flat, np.cumsum(n) - n, n)
     first = np.flatnonzero(trie.first >= 0)                                       # [nb] bytes a rest starts with
@@ -285,5 +289,5 @@ def _rests_from(starts: np.ndarray, at: np.ndarray, n: np.ndarray, steps: ByteSt
     u, b = np.nonzero(nxt >= 0)
     with unbudgeted():
         src, rest, end = walk_pairs(trie, steps.delta, steps.byte_class, u, first[b], nxt[u, b]).moves()
-    out[src, rest] = end
+    out[src, rest] = ids[end]
     return out
