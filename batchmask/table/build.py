@@ -229,13 +229,10 @@ def _walked_classes(walked: Walked, value_class: torch.Tensor, from_c: torch.Ten
 
     def on_device(src, tok, nxt):       # host arrays -> tensors, next states in the automaton's ids
         return torch.from_numpy(src).to(dev), torch.from_numpy(tok).to(dev), from_c[torch.from_numpy(nxt).to(dev)]
-    if helpers is not None and dev.type == "cpu":       # in C, the moves never written out (table/_native/walked.c)
-        out = np.empty(len(value_class), dtype=np.int64)
-        nxt = from_c.numpy()[walked.nxt]
-        _, src, tok, nxt = helpers.refine_walked(value_class.numpy(), walked.pair, walked.tok, nxt, walked.edge_src,
-                                                 walked.edge_at, walked.edge_n, out)
-        return torch.from_numpy(out), tuple(torch.from_numpy(np.frombuffer(x, dtype=np.int64)) for x in (src, tok, nxt))
-    if int(walked.edge_n[walked.pair].sum()) < 2 * len(walked.pair):   # few edges share a pair: one step is less
+    one_step = int(walked.edge_n[walked.pair].sum()) < 2 * len(walked.pair)     # few edges share a pair
+    if helpers is not None and dev.type == "cpu":
+        return _walked_classes_native(walked, value_class, from_c, one_step)
+    if one_step:                                                                   # one step is less work
         src, tok, nxt = on_device(*walked.moves())
         return refine(value_class, tok, src, nxt), (src, tok, nxt)
     pair, tok, nxt = on_device(walked.pair, walked.tok, walked.nxt)
@@ -246,6 +243,30 @@ def _walked_classes(walked: Walked, value_class: torch.Tensor, from_c: torch.Ten
     src, tok, nxt = on_device(*walked.moves(is_first.index_select(0, tok).cpu().numpy()))
     merged = refine(value_class.index_select(0, first), by_pair.index_select(0, tok), src, nxt)   # [C1]
     return merged.index_select(0, by_pair), (src, tok, nxt)
+
+
+def _walked_classes_native(walked: Walked, value_class: torch.Tensor, from_c: torch.Tensor, one_step: bool):
+    """_walked_classes in C (table/_native/walked.c), the moves never written out: in one step, or first by the moves
+    per pair (refine on the finds) and then the first token of each such class by its moves."""
+    vc, nxt = value_class.numpy(), from_c.numpy()[walked.nxt]
+
+    def classes_by_moves(base, pair, item, nxt):       # (class per item, the moves of each class's first item)
+        out = np.empty(len(base), dtype=np.int64)
+        _, *moves = helpers.refine_walked(base, pair, item, nxt, walked.edge_src, walked.edge_at, walked.edge_n, out)
+        return out, [np.frombuffer(x, dtype=np.int64) for x in moves]
+    if one_step:
+        out, (src, tok, nxt) = classes_by_moves(vc, walked.pair, walked.tok, nxt)
+        return torch.from_numpy(out), (torch.from_numpy(src), torch.from_numpy(tok), torch.from_numpy(nxt))
+    by_pair = np.empty(len(vc), dtype=np.int64)
+    helpers.refine(vc, walked.tok, walked.pair, nxt, by_pair)                         # [V] ids by first use, so
+    first = np.frombuffer(helpers.first_of_each(by_pair), dtype=np.int64)            # [C1] ascends
+    at = np.full(len(vc), -1, dtype=np.int64)
+    at[first] = np.arange(len(first))
+    keep = at[walked.tok] >= 0                                                      # the finds of those tokens
+    merged, (src, item, nxt) = classes_by_moves(vc[first], walked.pair[keep], at[walked.tok[keep]], nxt[keep])
+    # each merged class's first item is its least token (first ascends), so the moves are of each class's first
+    return torch.from_numpy(merged[by_pair]), (torch.from_numpy(src), torch.from_numpy(first[item]),
+                                              torch.from_numpy(nxt))
 
 
 def _state_rows(row_of: torch.Tensor, explicit: torch.Tensor, done: int, templates: list, parts: RowParts):
