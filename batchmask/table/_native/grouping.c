@@ -3,15 +3,13 @@
 
 /* --- refine ---------------------------------------------------------------------------------------------- */
 
-typedef struct { int64_t col, val; } Entry;
-
 static int by_col(const void *a, const void *b)
 {
     int64_t x = ((const Entry *)a)->col, y = ((const Entry *)b)->col;
     return (x > y) - (x < y);
 }
 
-static void sort_entries(Entry *e, int64_t n)
+void sort_entries(Entry *e, int64_t n)
 {
     if (n > 16) {
         qsort(e, (size_t)n, sizeof(Entry), by_col);
@@ -36,6 +34,14 @@ static uint64_t mix(uint64_t x)
     x *= 0x81DADEF4BC2DD44DULL;
     x ^= x >> 33;
     return x;
+}
+
+uint64_t row_hash(int64_t base, const Entry *e, int64_t n)
+{
+    uint64_t h = mix((uint64_t)base * 0x9E3779B97F4A7C15ULL + (uint64_t)n);
+    for (int64_t k = 0; k < n; k++)
+        h = mix(h ^ (mix((uint64_t)e[k].col) + (uint64_t)e[k].val * 0xC2B2AE3D27D4EB4FULL));
+    return h;
 }
 
 /* Returns the number of classes, or -1 (out of memory), -2 - k (entry k names an item outside [0, V)). */
@@ -109,9 +115,7 @@ static int64_t refine_core(const int64_t *base, const int64_t *item, const int64
             continue;
         }
         sort_entries(ent + a, n);
-        uint64_t h = mix((uint64_t)b * 0x9E3779B97F4A7C15ULL + (uint64_t)n);
-        for (int64_t k = a; k < a + n; k++)
-            h = mix(h ^ (mix((uint64_t)ent[k].col) + (uint64_t)ent[k].val * 0xC2B2AE3D27D4EB4FULL));
+        uint64_t h = row_hash(b, ent + a, n);
         int64_t s = (int64_t)(h & (uint64_t)(cap - 1));
         for (;;) {
             int64_t j = slot_item[s];

@@ -38,6 +38,12 @@ static inline int get_bool(PyObject *obj, Py_buffer *view, const char *name)
     return 0;
 }
 
+/* --- sparse rows: entries {col: val} as the grouping helpers sort, hash and compare them (grouping.c) ---------- */
+
+typedef struct { int64_t col, val; } Entry;
+void sort_entries(Entry *e, int64_t n);                 /* by col (a row holds each col once) */
+uint64_t row_hash(int64_t base, const Entry *e, int64_t n);   /* of a sorted row in base class `base` */
+
 PyObject *py_refine(PyObject *self, PyObject *args);
 PyObject *py_first_of_each(PyObject *self, PyObject *args);
 PyObject *py_first_fit(PyObject *self, PyObject *args);

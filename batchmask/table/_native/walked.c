@@ -6,25 +6,7 @@
    kept (and handed back: the moves the table is written from). */
 #include "native.h"
 
-typedef struct { int64_t col, val; } Move;                 /* a token's move: from state col to state val */
-
-static int by_src(const void *a, const void *b)
-{
-    int64_t x = ((const Move *)a)->col, y = ((const Move *)b)->col;
-    return (x > y) - (x < y);
-}
-
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 31;
-    x *= 0x7FB5D329728EA185ULL;
-    x ^= x >> 27;
-    x *= 0x81DADEF4BC2DD44DULL;
-    x ^= x >> 33;
-    return x;
-}
-
-typedef struct { Move *p; int64_t n, cap; } Moves;
+typedef struct { Entry *p; int64_t n, cap; } Moves;      /* a token's moves: from state col to state val */
 
 static int reserve(Moves *m, int64_t need)
 {
@@ -33,7 +15,7 @@ static int reserve(Moves *m, int64_t need)
     int64_t cap = m->cap ? m->cap : 1024;
     while (cap < need)
         cap *= 2;
-    Move *p = realloc(m->p, (size_t)cap * sizeof(Move));
+    Entry *p = realloc(m->p, (size_t)cap * sizeof(Entry));
     if (!p)
         return -1;
     m->p = p;
@@ -101,17 +83,15 @@ static int64_t refine_walked_core(const int64_t *base, int64_t V, const int64_t 
                 m++;
             }
         }
-        qsort(row.p, (size_t)n, sizeof(Move), by_src);
-        uint64_t h = mix64((uint64_t)b * 0x9E3779B97F4A7C15ULL + (uint64_t)n);
-        for (int64_t k = 0; k < n; k++)
-            h = mix64(h ^ (mix64((uint64_t)row.p[k].col) + (uint64_t)row.p[k].val * 0xC2B2AE3D27D4EB4FULL));
+        sort_entries(row.p, n);
+        uint64_t h = row_hash(b, row.p, n);
         int64_t s = (int64_t)(h & (uint64_t)(cap - 1));
         for (;;) {
             int64_t j = slot_tok[s];
             if (j < 0) {                                          /* a new class: its moves are kept */
                 if (reserve(kept, kept->n + n) < 0)
                     goto done;
-                memcpy(kept->p + kept->n, row.p, (size_t)n * sizeof(Move));
+                memcpy(kept->p + kept->n, row.p, (size_t)n * sizeof(Entry));
                 slot_tok[s] = i;
                 slot_id[s] = next++;
                 slot_at[s] = kept->n;
@@ -120,7 +100,7 @@ static int64_t refine_walked_core(const int64_t *base, int64_t V, const int64_t 
                 out[i] = slot_id[s];
                 break;
             }
-            if (base[j] == b && slot_n[s] == n && memcmp(kept->p + slot_at[s], row.p, (size_t)n * sizeof(Move)) == 0) {
+            if (base[j] == b && slot_n[s] == n && memcmp(kept->p + slot_at[s], row.p, (size_t)n * sizeof(Entry)) == 0) {
                 out[i] = slot_id[s];
                 break;
             }
