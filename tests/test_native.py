@@ -1,4 +1,4 @@
-"""The compiled helpers (batchmask/table/_native/) against the numpy/torch reference in table/classes.py and
+"""The compiled helpers (batchmask/table/native_c/) against the numpy/torch reference in table/classes.py and
 table/trie.py and against plain Python: the same partitions on large random inputs (many rows per hash-table
 bucket), the same trie walk (finds, order, work counted, and refusal at the same budget), the same tables from whole
 compiles, clear errors on bad arrays, and the switch that turns them off."""
@@ -22,7 +22,7 @@ from batchmask.table import build, classes, packed, trie
 from batchmask.table.native import helpers as NATIVE
 from batchmask.table.packed import row_codes
 
-needs_native = pytest.mark.skipif(NATIVE is None, reason="table/_native/ is not built here")
+needs_native = pytest.mark.skipif(NATIVE is None, reason="table/native_c/ is not built here")
 
 
 def same_partition(a, b) -> bool:

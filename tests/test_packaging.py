@@ -108,6 +108,39 @@ def test_wheel_holds_one_top_level_package_with_everything_it_needs(wheel):
     assert zipfile.ZipFile(wheel).read(license_file) == (ROOT / "LICENSE").read_bytes()
 
 
+@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="no C compiler here")
+def test_wheel_holds_the_compiled_helpers_where_a_compiler_is(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    assert [n for n in names if n.startswith("batchmask/table/_native.") and n.endswith((".so", ".pyd"))], names
+
+
+def test_a_machine_without_a_compiler_installs_and_compiles_on_the_reference(tmp_path):
+    """setup.py marks the C extension optional: with no working compiler (CC=/bin/false) the wheel still builds,
+    holds no extension, and the installed package compiles a grammar on the numpy/torch path."""
+    src, out, site = tmp_path / "src", tmp_path / "wheel", tmp_path / "site"
+    for f in project_files():
+        (src / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / f, src / f)
+    env = {**os.environ, "CC": "/bin/false", "LDSHARED": "/bin/false"}
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation", "-q",
+                           "-w", str(out)], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (whl,) = out.glob("batchmask-*.whl")
+    assert not [n for n in zipfile.ZipFile(whl).namelist() if n.endswith((".so", ".pyd"))]
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "-q", "--target",
+                           str(site), str(whl)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    probe = ("from batchmask.table.native import helpers\n"
+             "from batchmask import compile_json_schema\n"
+             "from types import SimpleNamespace\n"
+             "tok = SimpleNamespace(token_bytes=[bytes([b]) for b in range(256)] + [b''], eos_id=256)\n"
+             "g = compile_json_schema({'type': 'object', 'properties': {'a': {'type': 'integer'}}}, tok)\n"
+             "print(helpers is None, g.num_states > 0)\n")
+    proc = run([sys.executable, "-c", probe], tmp_path, [site])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["True", "True"]
+
+
 def test_installed_wheel_generates_with_the_users_models_and_kernels_first(wheel, tmp_path):
     site = tmp_path / "site"
     proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "-q", "--target",

@@ -101,7 +101,7 @@ def sparse_tables(draw):
 
 
 PLACEMENTS = [pytest.param("first fit", marks=pytest.mark.skipif(packed.helpers is None,
-                                                                  reason="table/_native/ is not built")),
+                                                                  reason="table/native_c/ is not built")),
               "random rounds"]
 
 

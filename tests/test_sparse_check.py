@@ -38,7 +38,7 @@ def test_sparse_classes_by_each_lookup(cells, spread, n, raw, seed):
         calls.append(real(*a))
         return calls[-1]
     old = classes._LOOKUP_CELLS, classes._mix, classes._same_entries_as_first, classes.helpers
-    # the numpy/torch reference's lookups (the compiled helper, table/_native/, is checked in test_native.py)
+    # the numpy/torch reference's lookups (the compiled helper, table/native_c/, is checked in test_native.py)
     classes._LOOKUP_CELLS, classes._same_entries_as_first, classes.helpers = cells, spy, None
     if seed:
         classes._mix = lambda x, m: torch.zeros_like(x)

@@ -19,7 +19,7 @@ from batchmask.table.classes import sparse_classes
 from batchmask.table.native import helpers as NATIVE
 from batchmask.table.write import RowParts
 
-PATHS = [pytest.param("native", marks=pytest.mark.skipif(NATIVE is None, reason="table/_native/ is not built")),
+PATHS = [pytest.param("native", marks=pytest.mark.skipif(NATIVE is None, reason="table/native_c/ is not built")),
          "reference"]
 
 

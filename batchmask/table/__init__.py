@@ -7,7 +7,7 @@ row_next [R, C], row_legal [R], row_final [R], targets [T], segment_start/segmen
                     the vocabulary-only work, cached per tokenizer (`prepare_vocab`)
     trie.py         the vocabulary as a trie, level by level, and the explicit states' columns walked over it
     classes.py      grouping equal keys: token classes, shared rows, equal columns
-    native.py       the compile's hot loops in C (_native/: grouping, packed rows' first fit, the trie walk), or None
+    native.py       the compile's hot loops in C (native_c/: grouping, packed rows' first fit, the trie walk), or None
     build.py        the pipeline: rows shared by shift, the target list, `build_tables`
     blocks.py       value blocks' cells -> their rows and target segments
     delegated.py    explicit states that read some tokens from a block cell's row instead of walking them

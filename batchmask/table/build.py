@@ -246,7 +246,7 @@ def _walked_classes(walked: Walked, value_class: torch.Tensor, from_c: torch.Ten
 
 
 def _walked_classes_native(walked: Walked, value_class: torch.Tensor, from_c: torch.Tensor, one_step: bool):
-    """_walked_classes in C (table/_native/walked.c), the moves never written out: in one step, or first by the moves
+    """_walked_classes in C (table/native_c/walked.c), the moves never written out: in one step, or first by the moves
     per pair (refine on the finds) and then the first token of each such class by its moves."""
     vc, nxt = value_class.numpy(), from_c.numpy()[walked.nxt]
 

@@ -1,7 +1,7 @@
 """Grouping equal rows fast: token classes, shared table rows and equal columns all come from here.
 
 On the CPU, where the compiled helpers are built (table/native.py), `refine`, `sparse_classes` and `first_of_each` run
-in C (table/_native/grouping.c: one exact pass each, ids by first use); what follows each such branch is the
+in C (table/native_c/grouping.c: one exact pass each, ids by first use); what follows each such branch is the
 numpy/torch reference, which gives the same partitions (tests/test_native.py)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The compile's hot loops in C (table/_native/), when they are there: the grouping helpers of classes.py (refine,
+"""The compile's hot loops in C (table/native_c/), when they are there: the grouping helpers of classes.py (refine,
 sparse_classes, first_of_each), the packed rows' first fit (packed.py) and the explicit states' trie walk (trie.py).
 
 `helpers` is the extension module, or None: where it was not built (no C compiler at install time: setup.py
@@ -14,6 +14,9 @@ try:
     from . import _native as _built
 except ImportError:                      # not built here: the reference runs
     _built = None
+if _built is not None and not all(hasattr(_built, f) for f in ("refine", "first_of_each", "first_fit", "walk",
+                                                                 "refine_walked")):
+    _built = None                        # something else by that name (a stale build): the reference runs
 
 helpers = None if os.environ.get("BATCHMASK_NATIVE", "1") == "0" else _built
 

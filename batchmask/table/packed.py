@@ -210,7 +210,7 @@ def place_rows(row: np.ndarray, col: np.ndarray, num_rows: int, num_classes: int
         space.grow(int(bases[-1]) + C + 1)
         space.take(bases, (bases[:, None] + cols[None, :]).reshape(-1))
         base[rows] = bases
-    if helpers is not None:          # the rest by first fit, largest first (table/_native/), empty rows last
+    if helpers is not None:          # the rest by first fit, largest first (table/native_c/), empty rows last
         rest = np.flatnonzero(n <= SMALL_ROW)
         order = rest[np.argsort(-n[rest], kind="stable")]
         helpers.first_fit(space.occupied, space.used, order, start, n, col, base, FIRST_FIT_TRIES)

@@ -85,7 +85,7 @@ class VocabTrie:
 
     @cached_property
     def flat(self) -> tuple:
-        """The levels one after another, for the compiled walk (table/_native/): (byte, child_at, child_n, end_at,
+        """The levels one after another, for the compiled walk (table/native_c/): (byte, child_at, child_n, end_at,
         end_n, end_tok, level_start), int64, with child_at and end_at indexing the whole arrays; checked here once
         (every index the walk follows stays inside), so the walk need not check them each call."""
         sizes = [len(lv.byte) for lv in self.levels]

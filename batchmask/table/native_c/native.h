@@ -1,4 +1,4 @@
-/* What the extension's files share (batchmask/table/_native/module.c says what each helper does). */
+/* What the extension's files share (batchmask/table/native_c/module.c says what each helper does). */
 #ifndef BATCHMASK_NATIVE_H
 #define BATCHMASK_NATIVE_H
 #define PY_SSIZE_T_CLEAN
