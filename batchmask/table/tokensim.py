@@ -272,12 +272,11 @@ _WALK_FROM = 8
 
 
 def _rests_from(starts: np.ndarray, at: np.ndarray, n: np.ndarray, steps: ByteSteps, vocab: FlatVocab,
-                ids: np.ndarray | None = None) -> np.ndarray:
-    """int64 [U, R]: the compact state after the bytes flat[at[r] : at[r] + n[r]] (rest r of a token) from compact
-    state starts[u] (-1 where it dies; the start itself for a rest of no bytes), or ids[that state] (`ids`: compact ->
-    global, applied to the live entries only: most die). The rests, laid end to end, make a trie (table/trie.py),
-    walked from every start at once: the work is the live (start, rest prefix) pairs."""
-    ids = np.arange(steps.delta.shape[0], dtype=np.int64) if ids is None else ids
+                ids: np.ndarray) -> np.ndarray:
+    """int64 [U, R]: ids[the compact state after the bytes flat[at[r] : at[r] + n[r]]] (rest r of a token) from
+    compact state starts[u] (-1 where it dies; the start itself for a rest of no bytes); `ids` (compact -> global) is
+    applied to the live entries only: most die. The rests, laid end to end, make a trie (table/trie.py), walked
+    from every start at once: the work is the live (start, rest prefix) pairs."""
     out = np.full((len(starts), len(at)), -1, dtype=np.int64)
     if not len(starts):
         return out
