@@ -1,10 +1,16 @@
-"""The one part of the build pyproject.toml cannot say: the optional C extension batchmask.table._native.
+"""The one part of the build pyproject.toml cannot say: the optional C extensions batchmask.table._native (the table
+build's hot loops) and batchmask.automaton._subsets (the subset construction).
 
-It is optional: where no C compiler is present setuptools skips it with a warning and the install goes on; the
-compile then runs its numpy/torch reference (batchmask/table/native.py says which is in use)."""
+They are optional: where no C compiler is present setuptools skips them with a warning and the install goes on; the
+compile then runs its numpy/torch and Python references (batchmask/table/native.py and batchmask/automaton/native.py
+say which is in use)."""
 from setuptools import Extension, setup
 
 SOURCES = [f"batchmask/table/native_c/{name}.c" for name in ("module", "grouping", "packing", "walk", "walked")]
+SUBSETS = [f"batchmask/automaton/subsets_c/{name}.c" for name in ("module", "pools", "moves", "construct")]
 
 setup(ext_modules=[Extension("batchmask.table._native", SOURCES, depends=["batchmask/table/native_c/native.h"],
-                             optional=True, extra_compile_args=["-O2"])])
+                             optional=True, extra_compile_args=["-O2"]),
+                   Extension("batchmask.automaton._subsets", SUBSETS,
+                             depends=["batchmask/automaton/subsets_c/subsets.h"], optional=True,
+                             extra_compile_args=["-O2"])])

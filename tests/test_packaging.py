@@ -111,7 +111,8 @@ def test_wheel_holds_one_top_level_package_with_everything_it_needs(wheel):
 @pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="no C compiler here")
 def test_wheel_holds_the_compiled_helpers_where_a_compiler_is(wheel):
     names = zipfile.ZipFile(wheel).namelist()
-    assert [n for n in names if n.startswith("batchmask/table/_native.") and n.endswith((".so", ".pyd"))], names
+    for ext in ("batchmask/table/_native.", "batchmask/automaton/_subsets."):
+        assert [n for n in names if n.startswith(ext) and n.endswith((".so", ".pyd"))], (ext, names)
 
 
 def test_a_machine_without_a_compiler_installs_and_compiles_on_the_reference(tmp_path):
@@ -131,14 +132,15 @@ def test_a_machine_without_a_compiler_installs_and_compiles_on_the_reference(tmp
                            str(site), str(whl)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     probe = ("from batchmask.table.native import helpers\n"
+             "from batchmask.automaton.native import subsets\n"
              "from batchmask import compile_json_schema\n"
              "from types import SimpleNamespace\n"
              "tok = SimpleNamespace(token_bytes=[bytes([b]) for b in range(256)] + [b''], eos_id=256)\n"
              "g = compile_json_schema({'type': 'object', 'properties': {'a': {'type': 'integer'}}}, tok)\n"
-             "print(helpers is None, g.num_states > 0)\n")
+             "print(helpers is None, subsets is None, g.num_states > 0)\n")
     proc = run([sys.executable, "-c", probe], tmp_path, [site])
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.split() == ["True", "True"]
+    assert proc.stdout.split() == ["True", "True", "True"]
 
 
 def test_installed_wheel_generates_with_the_users_models_and_kernels_first(wheel, tmp_path):

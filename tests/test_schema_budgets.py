@@ -12,7 +12,7 @@ import warnings
 
 import pytest
 
-from batchmask.automaton import tree
+from batchmask.automaton import layout
 from batchmask.automaton.nfa import GrammarBuildError
 from batchmask.automaton.tree import build_node_automaton
 from batchmask.grammar.nodes import Repeat
@@ -74,7 +74,7 @@ def test_unfolds_within_counts_uses_and_repeats():
 
 
 def test_too_many_states_is_refused_fast(monkeypatch):
-    monkeypatch.setattr(tree, "MAX_STATES", 5_000)
+    monkeypatch.setattr(layout, "MAX_STATES", 5_000)
     schema = {"type": "array", "maxItems": 30, "items": {"type": "string", "maxLength": 100}}
     with pytest.raises(GrammarBuildError, match="more than 5000 states"):
         build_node_automaton(schema_node(schema, SchemaOptions(mode="strict")))

@@ -56,6 +56,7 @@ class NFA:
         self._closure: dict = {}
         self._open: dict = {}        # loop state whose item is being built -> (its item's first bytes or None, exit)
         self._stale: list = []       # closures computed while a loop was open (they may miss its item)
+        self.loops: list[int] = []   # loop states: hash-consed by a key of their own, not by their options
         self.end = self._add(END, None, -1)
 
     def _add(self, kind, arg, nxt) -> int:
@@ -63,15 +64,19 @@ class NFA:
         i = self._index.get(key)
         if i is None:
             if len(self.kind) >= self.limit:
-                raise GrammarBuildError(
-                    f"grammar: more than {MAX_NFA} automaton states before determinising: the grammar unfolds too far "
-                    "(a $ref expanded inside itself, a subschema written out again at each of its many uses, bounded "
-                    "arrays of objects nested in bounded arrays); lower SchemaOptions.ref_depth or max_depth")
+                raise self.too_large()
             i = self._index[key] = len(self.kind)
             self.kind.append(kind)
             self.arg.append(arg)
             self.next.append(nxt)
         return i
+
+    @staticmethod
+    def too_large() -> GrammarBuildError:
+        return GrammarBuildError(
+            f"grammar: more than {MAX_NFA} automaton states before determinising: the grammar unfolds too far "
+            "(a $ref expanded inside itself, a subschema written out again at each of its many uses, bounded "
+            "arrays of objects nested in bounded arrays); lower SchemaOptions.ref_depth or max_depth")
 
     def _mask(self, mask: bytes) -> int:
         i = self._mask_id.get(mask)
@@ -157,6 +162,7 @@ class NFA:
         if empty:
             raise GrammarBuildError(f"{_text(where)}: a Repeat without a max needs an item that is never empty")
         loop = self._add(ALT, ("loop", len(self.kind)), -1)            # a key no other state has
+        self.loops.append(loop)
         self._open[loop] = (first, k)
         mark = len(self._stale)
         body = self.build(node.item, loop, (where, ".item", None))

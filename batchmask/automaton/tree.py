@@ -19,14 +19,14 @@ from itertools import repeat
 import numpy as np
 
 from ..grammar.values import UNBOUNDED, close_ok, stays_ok, value_type_named
-from .form import Automaton, Block, gc_paused, row_classes
+from . import native
+from .form import Automaton, gc_paused, row_classes
+from .layout import MAX_STATES, Found, layout
 from .nfa import ALT, BLOCK, BYTE, MAX_NFA, NFA, GrammarBuildError
-from .source import NodeSource
 
 __all__ = ["build_node_automaton", "GrammarBuildError", "MAX_EXPLICIT", "MAX_PARALLEL", "MAX_STATES"]
 
 MAX_EXPLICIT = 200_000
-MAX_STATES = 20_000_000     # explicit states and block cells: the table's state_row is 4 bytes a state
 MAX_PARALLEL = 5_000
 
 
@@ -61,6 +61,19 @@ class _TooParallel(GrammarBuildError):
     """More than MAX_PARALLEL explicit states hold two values at once."""
 
 
+def _refusal(verdict: int) -> GrammarBuildError:
+    """The error of a construction that went past a limit (1, 2, 3: native.run's verdicts)."""
+    if verdict == native.TOO_PARALLEL:
+        return _TooParallel(
+            f"grammar: two different strings stay open side by side for more than {MAX_PARALLEL} "
+            "states (e.g. anyOf of long strings that differ only later); merge those anyOf branches")
+    if verdict == native.TOO_MANY_EXPLICIT:
+        return GrammarBuildError(
+            f"grammar: more than {MAX_EXPLICIT} explicit states (repeats that multiply, or very long "
+            "alternatives); simplify the schema")
+    return NFA.too_large()
+
+
 class _Subsets:
     """Subset construction over byte classes (see the module docstring)."""
 
@@ -69,7 +82,8 @@ class _Subsets:
         self.starts = starts
         self.vts = {}
         kinds = np.frombuffer(bytes(nfa.kind), dtype=np.uint8)         # kinds are 0..3: one pass in C, not Python
-        for i in np.flatnonzero(kinds == BLOCK).tolist():
+        self.block_states = np.flatnonzero(kinds == BLOCK)
+        for i in self.block_states.tolist():
             name = nfa.arg[i][0]
             self.vts[name] = value_type_named(name, nfa.utf8)
         # Byte classes: bytes equal in every mask and in every value type's columns.
@@ -83,9 +97,9 @@ class _Subsets:
         np.minimum.at(self.rep, self.byte_class, np.arange(256))       # the smallest byte of each class
         in_mask = cols[0][:, self.rep] > 0                               # [M, classes]: classes refine masks
         m, c = np.nonzero(in_mask)                                       # row-major: each mask's classes ascending
-        cut = np.searchsorted(m, np.arange(len(in_mask) + 1)).tolist()
-        c = c.tolist()
-        self.mask_classes = [tuple(c[a:b]) for a, b in zip(cut, cut[1:])]
+        self.mask_cut = np.searchsorted(m, np.arange(len(in_mask) + 1))   # mask i's classes: c[cut[i]:cut[i + 1]]
+        self.mask_class_list = c
+        self.mask_classes = None                                         # tuples, made for the Python construction
         self._trans: dict = {}
         self._exit_moves: dict = {}
 
@@ -184,7 +198,17 @@ class _Subsets:
         return tuple(out)
 
     def run(self) -> Automaton:
+        """The construction in C where it is built (automaton/native.py), else in Python; the same result."""
+        found = native.run(self, MAX_EXPLICIT, MAX_PARALLEL) if native.subsets is not None else self.run_python()
+        if isinstance(found, int):
+            raise _refusal(found)
+        return layout(self, found)
+
+    def run_python(self) -> Found:
         nfa = self.nfa
+        if self.mask_classes is None:
+            cut, c = self.mask_cut.tolist(), self.mask_class_list.tolist()
+            self.mask_classes = [tuple(c[a:b]) for a, b in zip(cut, cut[1:])]
         states: list[tuple] = []              # explicit subsets, in priority order
         index: dict = {}
         queue: deque = deque()                # i >= 0: explicit state i; i < 0: the exits of NFA block -1 - i
@@ -223,13 +247,9 @@ class _Subsets:
                 if len(elems) > 1 and sum(type(e) is tuple for e in elems) > 1:
                     parallel[0] += 1
                 if parallel[0] > MAX_PARALLEL:
-                    raise _TooParallel(
-                        f"grammar: two different strings stay open side by side for more than {MAX_PARALLEL} "
-                        "states (e.g. anyOf of long strings that differ only later); merge those anyOf branches")
+                    raise _refusal(native.TOO_PARALLEL)
                 if len(states) > MAX_EXPLICIT:
-                    raise GrammarBuildError(
-                        f"grammar: more than {MAX_EXPLICIT} explicit states (repeats that multiply, or very long "
-                        "alternatives); simplify the schema")
+                    raise _refusal(native.TOO_MANY_EXPLICIT)
             return i
 
         starts = [target(nfa.closure(s)) for s in self.starts]
@@ -269,8 +289,16 @@ class _Subsets:
                 j = -1 - i
                 exit_edges[j] = [(c, at) for cs, tgt in self.set_moves(nfa.closure(nfa.next[j]))
                                  for at in (target(tgt),) for c in cs]
-        return self._layout(states, starts, (src_l, cls_l, tgt_l), blocks_seen, list(positions), exit_edges,
-                            delegated)
+        i64 = np.int64
+        exits = [(j, c, at) for j, moves in exit_edges.items() for c, at in moves]
+        handed = [(i, *p, c) for i, found in delegated.items() for p, classes in found for c in classes]
+        return Found(states=states, starts=starts,
+                     edges=tuple(np.array(x, dtype=i64) for x in (src_l, cls_l, tgt_l)),
+                     lone=np.array(list(positions), dtype=i64).reshape(-1, 3), entry_depth=blocks_seen,
+                     exits=tuple(np.array(x, dtype=i64) for x in zip(*exits)) if exits else (np.zeros(0, i64),) * 3,
+                     delegated=tuple(np.array(x, dtype=i64) for x in zip(*handed)) if handed
+                     else (np.zeros(0, i64),) * 5,
+                     accepting=np.array([i for i, el in enumerate(states) if nfa.end in el], dtype=i64))
 
     def _moves_alone(self, elems: tuple, moves: list):
         """[(p, classes)] for a state that holds block positions beside other elements: per position p, the byte
@@ -286,78 +314,3 @@ class _Subsets:
                 if classes:
                     out.append((p, classes))
         return out or None
-
-    def _layout(self, states, starts, edges_found, blocks_seen, positions, exit_edges, delegated) -> Automaton:
-        nfa = self.nfa
-        E = len(states)
-        blocks, block_of = [], {}
-        base = E
-        for j in sorted(blocks_seen):
-            vname, lo, hi = nfa.arg[j]
-            vt = self.vts[vname]
-            local, ns, qs = vt.local_cells(hi) if hi is not None else vt.saturated_cells(lo)
-            blk = Block(vt, lo, UNBOUNDED if hi is None else hi, base, local, ns, qs, np.full(256, -1, dtype=np.int64),
-                        label=(vname, lo, hi, j), entry_depth=blocks_seen[j],
-                        saturates=None if hi is not None else vt.saturation_row(lo))
-            block_of[j] = blk
-            blocks.append(blk)
-            base += blk.size
-        if base > MAX_STATES:
-            raise GrammarBuildError(
-                f"grammar: more than {MAX_STATES} states ({len(blocks)} string values of {base - E} cells in "
-                "all: long strings written out again for every array item and property); lower maxLength or "
-                "maxItems")
-        # target codes -> state ids: explicit ids as they are, -1 - k the cell of block position k
-        cell = np.array([int(block_of[j].local[n, q]) + block_of[j].base for j, n, q in positions] + [-1],
-                        dtype=np.int64)
-
-        def resolve(t):                                  # int, or an int64 array of codes
-            return np.where(t >= 0, t, cell[np.maximum(-1 - t, 0)]) if isinstance(t, np.ndarray) else \
-                (t if t >= 0 else int(cell[-1 - t]))
-
-        # (state, class, target) -> (state, byte, target): each class spread to its bytes
-        order = np.argsort(self.byte_class, kind="stable")                      # bytes grouped by class
-        size = np.bincount(self.byte_class, minlength=self.num_classes)
-        first = np.cumsum(size) - size
-        bytes_of = [order[f:f + n] for f, n in zip(first.tolist(), size.tolist())]
-        e = np.zeros((len(edges_found[0]), 3), dtype=np.int64)
-        if len(e):                             # column by column: numpy converts a list of ints fast
-            e[:, 0], e[:, 1] = edges_found[0], edges_found[1]
-            e[:, 2] = resolve(np.array(edges_found[2], dtype=np.int64))
-        reps = size[e[:, 1]]
-        k = np.repeat(np.arange(len(e)), reps)
-        rank = np.arange(len(k)) - np.repeat(np.cumsum(reps) - reps, reps)
-        edges = np.stack([e[k, 0], order[first[e[k, 1]] + rank], e[k, 2]], 1)
-        edge_cell = self._delegates(delegated, block_of, e)[k]
-        for j, moves in exit_edges.items():
-            blk = block_of[j]
-            for c, t in moves:
-                blk.exits[bytes_of[c]] = resolve(t)
-            blk.check(f"grammar: {blk.vt.name} value")
-        accepting = np.array([i for i, el in enumerate(states) if nfa.end in el], dtype=np.int64)
-        src = NodeSource(nfa, states, blocks, self.vts)
-        return Automaton(num_states=base, start=resolve(starts[0]), edges=edges,
-                         blocks=blocks, accepting=accepting, source=src, utf8=nfa.utf8,
-                         byte_class=self.byte_class.astype(np.int64), starts=[resolve(s) for s in starts],
-                         edge_cell=edge_cell)
-
-    def _delegates(self, delegated: dict, block_of: dict, e: np.ndarray) -> np.ndarray:
-        """int64 [len(e)]: for each (state, class, target) edge of `e`, the block cell whose moves the tokens
-        starting with its bytes take (`_moves_alone`), -1 for the edges the table builder walks."""
-        keys, cells = [], []
-        for i, found in delegated.items():
-            for (j, n, q), classes in found:
-                blk = block_of.get(j)           # None: a block no state holds alone (it has no cells)
-                if blk is not None and n < blk.local.shape[0] and blk.local[n, q] >= 0:
-                    keys += [i * self.num_classes + c for c in classes]
-                    cells += [int(blk.local[n, q]) + blk.base] * len(classes)
-        out = np.full(len(e), -1, dtype=np.int64)
-        if keys:
-            keys, cells = np.array(keys, dtype=np.int64), np.array(cells, dtype=np.int64)
-            order = np.argsort(keys)
-            keys, cells = keys[order], cells[order]
-            mine = e[:, 0] * self.num_classes + e[:, 1]
-            at = np.minimum(np.searchsorted(keys, mine), len(keys) - 1)
-            out = np.where(keys[at] == mine, cells[at], -1)
-        return out
-
