@@ -52,6 +52,7 @@ class NFA:
         self._index: dict = {}
         self.masks: list[bytes] = []
         self._mask_id: dict[bytes, int] = {}
+        self._byte_mask = [-1] * 256
         self._built: dict = {}       # (id(node), k) -> state: a subtree met again (a tool in many sets) is not rebuilt
         self._closure: dict = {}
         self._open: dict = {}        # loop state whose item is being built -> (its item's first bytes or None, exit)
@@ -100,8 +101,12 @@ class NFA:
         if isinstance(node, Lit):
             if not isinstance(node.text, (bytes, bytearray)):
                 raise GrammarBuildError(f"{_text(where)}: Lit.text must be bytes, got {type(node.text).__name__}")
+            ids = self._byte_mask                    # the mask id of each single byte, once it is made
             for b in reversed(bytes(node.text)):
-                k = self._add(BYTE, self._mask(_ONE_BYTE[b]), k)
+                m = ids[b]
+                if m < 0:
+                    m = ids[b] = self._mask(_ONE_BYTE[b])
+                k = self._add(BYTE, m, k)
             return k
         if isinstance(node, Seq):
             for i in range(len(node.items) - 1, -1, -1):
@@ -198,8 +203,10 @@ class NFA:
         after, firsts = self._follow(k)
         if any(e == self.end or isinstance(e, tuple) or self.kind[e] != BYTE for e in after) or None in firsts:
             return False
-        follow = bytes(max(col) for col in zip(*(self.masks[self.arg[e]] for e in after), *firsts))
-        return not any(a and b for a, b in zip(body, follow))
+        follow = 0                     # masks are bytes of 0 and 1: as integers, OR and AND act byte by byte
+        for m in [self.masks[self.arg[e]] for e in after] + firsts:
+            follow |= int.from_bytes(m, "little")
+        return not int.from_bytes(body, "little") & follow
 
     def _alt(self, a: int, b: int) -> int:
         return a if a == b else self._add(ALT, (a, b), -1)
@@ -253,14 +260,16 @@ def first_bytes(node) -> tuple:
         return mask, empty or node.min == 0
     if isinstance(node, (Seq, Alt)):
         is_seq = isinstance(node, Seq)
-        mask, empty = _NO_BYTES, is_seq
+        mask, empty = 0, is_seq                      # the union as an integer (masks are bytes of 0 and 1)
         for x in (node.items if is_seq else node.options):
             m, e = first_bytes(x)
-            mask = None if mask is None or m is None else bytes(a | b for a, b in zip(mask, m))
+            mask = None if mask is None or m is None else mask | int.from_bytes(m, "little")
             if is_seq and not e:
-                return mask, False
+                break
             empty = empty or e
-        return mask, empty
+        else:
+            return (None if mask is None else mask.to_bytes(256, "little")), empty
+        return (None if mask is None else mask.to_bytes(256, "little")), False
     return None, getattr(node, "min", 1) == 0          # Str, JsonStr, Word: value blocks
 
 
