@@ -124,7 +124,7 @@ def _compile(node, tokenizer, utf8, key, dev, automaton=None, pack=None) -> Comp
                         t["row_legal"], t["row_final"], t["targets"].to(torch.int32),
                         t["segment_start"].to(torch.int32), t["segment_base"].to(torch.int32), aut.start, eos_id,
                         t["done_state"],
-                        list(tokenizer.token_bytes), meta, aut, stop_ids=prep.stop_ids, starts=aut.starts,
+                        prep.text, meta, aut, stop_ids=prep.stop_ids, starts=aut.starts,
                         row_base=t["row_base"], row_check=t["row_check"], num_classes=t["num_classes"])
     g.node = node
     g.compile_seconds = time.perf_counter() - t0

@@ -67,7 +67,7 @@ def value_rows(aut, sigs, exit_cls, blocks_of, shapes_of, rep, far, dev, segment
         shapes_here = []                # per shape: (its cells' span in `cells`, out [P, n, C], sources, pattern_of)
         for js in shapes_of[name].values():                                     # js: blocks of the type
             blk = aut.blocks[ks[js[0]]]
-            sel, far_at, far_src = _cells_computed(blk, far(blk, sig.reach, dev), Q)   # [n] cells of the shape
+            sel, far_at, far_src = cells_computed(blk, far(blk, sig.reach, dev), Q)    # [n] cells of the shape
             bases = torch.as_tensor([aut.blocks[ks[j]].base for j in js], device=dev)
             exits = aft.index_select(0, torch.as_tensor(js, device=dev))                 # [b, E + 1]
             if segments:                    # the blocks' patterns of legal exits: [P, E + 1], pattern of each
@@ -276,6 +276,22 @@ def shapes(aut, ks) -> dict:
         blk = aut.blocks[k]
         out.setdefault((blk.min, blk.max), []).append(j)
     return out
+
+
+_COMPUTED: dict = {}        # cells_computed's answers, by layout and far mask (the same shapes recur across compiles)
+COMPUTED_KEPT = 256
+
+
+def cells_computed(blk, fm: np.ndarray, Q: int):
+    """_cells_computed, remembered: a block's cells are its value type's layout for its cap (ValueType.cells), so
+    the answer depends on the type, the cap and the far mask only."""
+    key = (blk.vt.name, blk.max if blk.saturates is None else ("saturates", blk.saturates), Q, fm.tobytes())
+    got = _COMPUTED.get(key)
+    if got is None:
+        got = _COMPUTED[key] = _cells_computed(blk, fm, Q)  # shared by later compiles: value_rows only reads them
+        while len(_COMPUTED) > COMPUTED_KEPT:
+            _COMPUTED.pop(next(iter(_COMPUTED)))
+    return got
 
 
 def _cells_computed(blk, fm: np.ndarray, Q: int):

@@ -47,6 +47,7 @@ class FlatVocab:
         self.offset = torch.cumsum(self.lengths, 0) - self.lengths                                       # [V]
         self.max_len = int(lengths.max(initial=0))
         self._token_bytes = token_bytes                            # kept for the trie (built on first use)
+        self._rests: dict = {}                                     # rests_trie's, by the rests they hold
         # host copies for the per-compile simulation (many small ops: numpy's per-op cost is a fraction of torch's)
         self.offset_np, self.lengths_np = self.offset.cpu().numpy(), lengths
 
@@ -57,6 +58,18 @@ class FlatVocab:
     def trie(self) -> VocabTrie:
         """The vocabulary's trie (table/trie.py), for the explicit states' columns; built on first use."""
         return VocabTrie.of(self._token_bytes, self.flat_u8, self.offset_np, self.lengths_np)
+
+    def rests_trie(self, at: np.ndarray, n: np.ndarray) -> VocabTrie:
+        """The trie of the token rests flat[at[r] : at[r] + n[r]] (after_stops: what tokens hold after a value's
+        ending byte), kept per set of rests: the same ending bytes give the same rests at every compile."""
+        key = (at.tobytes(), n.tobytes())
+        trie = self._rests.get(key)
+        if trie is None:
+            flat = np.append(self.flat_u8[spread(at, n)], np.uint8(0))              # the rests laid end to end
+            trie = self._rests[key] = VocabTrie.of(None, flat, np.cumsum(n) - n, n)
+            while len(self._rests) > RESTS_KEPT:
+                self._rests.pop(next(iter(self._rests)))
+        return trie
 
     @cached_property
     def max_tail(self) -> np.ndarray:
@@ -82,6 +95,8 @@ class VocabPrep:
     vocab: FlatVocab
     signatures: dict = field(default_factory=dict)
     vocab_hash: str = ""       # vocab_hash_of(tokenizer): hashed once per compile, not again for the cache meta
+    text: list = None          # the tokenizer's token_bytes as they were (stops not blanked), copied once: what
+                               # each CompiledGrammar keeps (one list shared, not a 128K-entry copy per compile)
 
     def signature(self, vt: ValueType) -> Signature:
         if vt.name not in self.signatures:
@@ -104,6 +119,7 @@ class VocabPrep:
 
 _CACHE: OrderedDict = OrderedDict()
 CACHE_SIZE = 4
+RESTS_KEPT = 16            # tries of token rests kept per vocabulary (FlatVocab.rests_trie)
 
 
 def stop_ids_of(tokenizer) -> tuple:
@@ -145,7 +161,8 @@ def prepare_vocab(tokenizer, device) -> VocabPrep:
         blanked = list(token_bytes)
         for s in stops:
             blanked[s] = b""          # a stop token carries no text: it is handled as its own class
-        prep = VocabPrep(blanked, eos_id, stops, FlatVocab(blanked, device), vocab_hash=vhash)
+        prep = VocabPrep(blanked, eos_id, stops, FlatVocab(blanked, device), vocab_hash=vhash,
+                         text=list(token_bytes))
         _CACHE[key] = prep
         while len(_CACHE) > CACHE_SIZE:
             _CACHE.popitem(last=False)
@@ -281,8 +298,7 @@ def _rests_from(starts: np.ndarray, at: np.ndarray, n: np.ndarray, steps: ByteSt
     if not len(starts):
         return out
     out[:, n == 0] = ids[starts][:, None]
-    flat = np.append(vocab.flat_u8[spread(at, n)], np.uint8(0))                   # the rests laid end to end
-    trie = VocabTrie.of(None, flat, np.cumsum(n) - n, n)
+    trie = vocab.rests_trie(at, n)
     first = np.flatnonzero(trie.first >= 0)                                       # [nb] bytes a rest starts with
     nxt = steps.delta[starts][:, steps.byte_class[first]]                         # [U, nb]
     u, b = np.nonzero(nxt >= 0)
