@@ -3,11 +3,11 @@
 (blocks.cells_computed). A run of compiles that share value shapes and ending bytes gives, for each schema, the
 tables a compile with both memos emptied gives; and the memos were used (else the check would be empty)."""
 import torch
+from batchmask.models.tokenizer import load_tokenizer
 from data_paths import LLAMA2
 
 from batchmask.api import compile_json_schema
 from batchmask.compiler.cache import TABLES
-from batchmask.models.tokenizer import load_tokenizer
 from batchmask.table import blocks
 from batchmask.table.tokensim import prepare_vocab
 
