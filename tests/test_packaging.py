@@ -111,7 +111,7 @@ def test_wheel_holds_one_top_level_package_with_everything_it_needs(wheel):
 @pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="no C compiler here")
 def test_wheel_holds_the_compiled_helpers_where_a_compiler_is(wheel):
     names = zipfile.ZipFile(wheel).namelist()
-    for ext in ("batchmask/table/_native.", "batchmask/automaton/_subsets."):
+    for ext in ("batchmask/table/_native.", "batchmask/automaton/_native."):
         assert [n for n in names if n.startswith(ext) and n.endswith((".so", ".pyd"))], (ext, names)
 
 
@@ -132,7 +132,7 @@ def test_a_machine_without_a_compiler_installs_and_compiles_on_the_reference(tmp
                            str(site), str(whl)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     probe = ("from batchmask.table.native import helpers\n"
-             "from batchmask.automaton.native import subsets\n"
+             "from batchmask.automaton.extension import helpers as subsets\n"
              "from batchmask import compile_json_schema\n"
              "from types import SimpleNamespace\n"
              "tok = SimpleNamespace(token_bytes=[bytes([b]) for b in range(256)] + [b''], eos_id=256)\n"

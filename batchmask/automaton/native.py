@@ -1,9 +1,8 @@
-"""The subset construction in C (automaton/subsets_c/subsets.c), when it is there: the same `Found` as tree.py's
-`_Subsets.run_python`, state for state and edge for edge (tests/test_subsets_native.py checks one against the
+"""The subset construction in C (automaton/native_c/), when it is there: the same `Found` as tree.py's
+`_Subsets.run_python`, state for state and edge for edge (tests/test_automaton_native.py checks one against the
 other on many grammars).
 
-`subsets` is the extension module, or None: where it was not built (no C compiler at install time: setup.py marks
-it optional) or where the environment sets BATCHMASK_NATIVE=0; tree.py then runs the Python construction.
+It runs where extension.helpers is the built module; tree.py runs the Python construction where it is None.
 
 The C side reads the NFA's lists as they are (kinds, continuations, each BYTE state's mask and each ALT state's
 options), the value types' tables per byte class, and each mask's classes; it hands back int64 arrays, and the
@@ -12,26 +11,16 @@ the ids come out the same).
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from ..grammar.values import UNBOUNDED
+from . import extension
 from .layout import Found
 from .nfa import ALT, BLOCK
 
-try:
-    from . import _subsets as _built
-except ImportError:                      # not built here: the Python construction runs
-    _built = None
-if _built is not None and not hasattr(_built, "run"):
-    _built = None                        # something else by that name (a stale build)
-
-subsets = None if os.environ.get("BATCHMASK_NATIVE", "1") == "0" else _built
-
 TOO_PARALLEL, TOO_MANY_EXPLICIT, TOO_MANY_NFA = 1, 2, 3          # the C side's verdicts (tree.py raises each)
 
-__all__ = ["subsets", "run", "TOO_PARALLEL", "TOO_MANY_EXPLICIT", "TOO_MANY_NFA"]
+__all__ = ["run", "TOO_PARALLEL", "TOO_MANY_EXPLICIT", "TOO_MANY_NFA"]
 
 
 def run(sub, max_explicit: int, max_parallel: int):
@@ -56,11 +45,12 @@ def run(sub, max_explicit: int, max_parallel: int):
     pending = np.concatenate([vt.pending if vt.max_pending else np.zeros_like(vt.pending) for vt in vts] + [[]])
     accept = np.concatenate([vt.accept for vt in vts] + [[]])
     vt_off = np.cumsum([0] + [vt.num_substates for vt in vts])
-    got = subsets.run(nfa.kind, nfa.next, nfa.arg, np.array(nfa.loops, dtype=i64), nfa.limit, nfa.end, barg_of, btab,
-                      vt_off.astype(i64), np.ascontiguousarray(table, dtype=i64), np.ascontiguousarray(inc, dtype=i64),
-                      pending.astype(i64), accept.astype(i64), sub.mask_cut.astype(i64),
-                      sub.mask_class_list.astype(i64), sub.num_classes, np.asarray(sub.starts, dtype=i64),
-                      max_explicit, max_parallel)
+    got = extension.helpers.run(nfa.kind, nfa.next, nfa.arg, np.array(nfa.loops, dtype=i64), nfa.limit, nfa.end,
+                                barg_of, btab, vt_off.astype(i64), np.ascontiguousarray(table, dtype=i64),
+                                np.ascontiguousarray(inc, dtype=i64), pending.astype(i64), accept.astype(i64),
+                                sub.mask_cut.astype(i64), sub.mask_class_list.astype(i64), sub.num_classes,
+                                np.asarray(sub.starts, dtype=i64),
+                                max_explicit, max_parallel)
     if isinstance(got, int):
         return got
     a = [np.frombuffer(x, dtype=i64) for x in got]

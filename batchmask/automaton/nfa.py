@@ -21,6 +21,7 @@ import numpy as np
 
 from ..grammar.nodes import Alt, ByteSet, JsonStr, Lit, Repeat, Seq, Str, Word
 from ..grammar.values import value_type, word_type
+from . import extension
 from .runs import item_run_type, worth_a_run
 
 BYTE, ALT, BLOCK, END = range(4)
@@ -101,8 +102,17 @@ class NFA:
         if isinstance(node, Lit):
             if not isinstance(node.text, (bytes, bytearray)):
                 raise GrammarBuildError(f"{_text(where)}: Lit.text must be bytes, got {type(node.text).__name__}")
-            ids = self._byte_mask                    # the mask id of each single byte, once it is made
-            for b in reversed(bytes(node.text)):
+            ids, text = self._byte_mask, bytes(node.text)     # the mask id of each single byte, once it is made
+            if extension.helpers is not None:
+                for b in dict.fromkeys(reversed(text)):        # masks made in the order the loop below makes them
+                    if ids[b] < 0:
+                        ids[b] = self._mask(_ONE_BYTE[b])
+                got = extension.helpers.lit_states(self._index, self.kind, self.arg, self.next, ids, text, k,
+                                                   self.limit)
+                if got is None:
+                    raise self.too_large()
+                return got
+            for b in reversed(text):
                 m = ids[b]
                 if m < 0:
                     m = ids[b] = self._mask(_ONE_BYTE[b])

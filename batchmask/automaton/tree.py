@@ -19,7 +19,7 @@ from itertools import repeat
 import numpy as np
 
 from ..grammar.values import UNBOUNDED, close_ok, stays_ok, value_type_named
-from . import native
+from . import extension, native
 from .form import Automaton, gc_paused, row_classes
 from .layout import MAX_STATES, Found, layout
 from .nfa import ALT, BLOCK, BYTE, MAX_NFA, NFA, GrammarBuildError
@@ -199,7 +199,7 @@ class _Subsets:
 
     def run(self) -> Automaton:
         """The construction in C where it is built (automaton/native.py), else in Python; the same result."""
-        found = native.run(self, MAX_EXPLICIT, MAX_PARALLEL) if native.subsets is not None else self.run_python()
+        found = native.run(self, MAX_EXPLICIT, MAX_PARALLEL) if extension.helpers is not None else self.run_python()
         if isinstance(found, int):
             raise _refusal(found)
         return layout(self, found)

@@ -54,7 +54,12 @@ def unique_bool_rows(m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if m.device.type != "cpu" or not m.numel():
         return torch.unique(m, dim=0, return_inverse=True)
     bits = np.packbits(m.numpy(), axis=1)                                        # [R, ceil(K / 8)] uint8
-    _, first, inverse = np.unique(bits, axis=0, return_index=True, return_inverse=True)
+    if bits.shape[1] <= 8:           # a row fits one big-endian uint64 (ordered as its bytes): a 1-D unique
+        word = np.zeros((len(bits), 8), dtype=np.uint8)
+        word[:, :bits.shape[1]] = bits
+        _, first, inverse = np.unique(word.view(">u8").reshape(-1), return_index=True, return_inverse=True)
+    else:
+        _, first, inverse = np.unique(bits, axis=0, return_index=True, return_inverse=True)
     return m[torch.from_numpy(first)], torch.from_numpy(inverse.reshape(-1).astype(np.int64))
 
 

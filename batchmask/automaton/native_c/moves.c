@@ -1,6 +1,6 @@
 /* Closures and moves: what an NFA state stands for, what each element does on each byte class, what a set of
-   elements does (tree.py closure, elem_moves, set_moves), memoised in flat pools (subsets.h). */
-#include "subsets.h"
+   elements does (tree.py closure, elem_moves, set_moves), memoised in flat pools (native.h). */
+#include "native.h"
 
 /* per-NFA-state memo arrays follow the NFA as the merge grows it */
 int follow_nfa(S *s)

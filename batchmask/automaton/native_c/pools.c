@@ -1,5 +1,5 @@
-/* Growable int64 arrays and a map from int64 sequences to dense ids (open addressing; subsets.h). */
-#include "subsets.h"
+/* Growable int64 arrays and a map from int64 sequences to dense ids (open addressing; native.h). */
+#include "native.h"
 
 int reserve(Vec *v, int64_t extra)
 {

@@ -1,7 +1,8 @@
-"""The subset construction in C (automaton/subsets_c/) against the Python one it replaces (tree.py run_python):
-the same automaton, state for state, on every schema of the vendored JSON Schema Test Suite, on BFCL's and the
-catalogue's tools, on generated schemas and on node trees that exercise the lockstep merge, loops and runs; the
-same refusal at each limit; and clear errors on bad arguments."""
+"""The automaton's C helpers (automaton/native_c/: the subset construction, a Lit's NFA states) against the Python
+they replace (tree.py run_python, nfa.py's Lit loop): the same NFA and the same automaton, state for state, on
+every schema of the vendored JSON Schema Test Suite, on BFCL's and the catalogue's tools, on generated schemas and
+on node trees that exercise the lockstep merge, loops and runs; the same refusal at each limit; and clear errors on
+bad arguments."""
 from __future__ import annotations
 
 import json
@@ -17,7 +18,7 @@ from hypothesis import given, settings
 from schema_strategies import schemas
 
 from batchmask.api import call_node
-from batchmask.automaton import native, tree
+from batchmask.automaton import extension, tree
 from batchmask.automaton.nfa import GrammarBuildError
 from batchmask.errors import SchemaError
 from batchmask.grammar.nodes import Alt, ByteSet, JsonStr, Lit, Repeat, Seq
@@ -25,7 +26,7 @@ from batchmask.schema.build import SchemaOptions, schema_node
 from batchmask.tools.bfcl import openai_tools
 from batchmask.tools.registry import ToolRegistry
 
-needs_native = pytest.mark.skipif(native.subsets is None, reason="automaton/subsets_c/ is not built here")
+needs_native = pytest.mark.skipif(extension.helpers is None, reason="automaton/native_c/ is not built here")
 pytestmark = needs_native
 
 
@@ -33,7 +34,7 @@ def both(node, monkeypatch):
     """(the C construction's automaton, the Python one's), each from a fresh NFA."""
     got = tree.build_node_automaton(node)
     with monkeypatch.context() as m:
-        m.setattr(native, "subsets", None)
+        m.setattr(extension, "helpers", None)
         want = tree.build_node_automaton(node)
     return got, want
 
@@ -111,7 +112,7 @@ def compare_schemas(named, monkeypatch) -> int:
             got, want = both(node, monkeypatch)
         except GrammarBuildError as e:
             with monkeypatch.context() as m:
-                m.setattr(native, "subsets", None)
+                m.setattr(extension, "helpers", None)
                 with pytest.raises(GrammarBuildError) as ref:
                     tree.build_node_automaton(node)
             assert str(ref.value) == str(e), name
@@ -168,33 +169,33 @@ def test_trees_with_merges_loops_and_runs_build_the_same_automata(monkeypatch):
     assert differences(*both([node, other], monkeypatch)) == []                  # two trees, one NFA
 
 
-@pytest.mark.parametrize("limit, value", [("MAX_EXPLICIT", 20), ("MAX_PARALLEL", 0)])
+@pytest.mark.parametrize("limit, value", [("MAX_EXPLICIT", 20), ("MAX_PARALLEL", 0), ("MAX_NFA", 40)])
 def test_the_same_refusal_at_each_limit(limit, value, monkeypatch):
     monkeypatch.setattr(tree, limit, value)
     node = lockstep_tree()
     with pytest.raises(GrammarBuildError) as got:
         tree.build_node_automaton(node)
-    monkeypatch.setattr(native, "subsets", None)
+    monkeypatch.setattr(extension, "helpers", None)
     with pytest.raises(GrammarBuildError) as want:
         tree.build_node_automaton(node)
     assert str(got.value) == str(want.value)
-    assert ("more than 20 explicit states" if limit == "MAX_EXPLICIT" else "side by side") in str(got.value)
+    assert {"MAX_EXPLICIT": "more than 20 explicit states", "MAX_PARALLEL": "side by side",
+            "MAX_NFA": "states before determinising"}[limit] in str(got.value)
 
 
 def test_bad_arguments_are_named():
-    z = np.zeros(1, dtype=np.int64)
+    z, run = np.zeros(1, dtype=np.int64), extension.helpers.run
     with pytest.raises(TypeError, match="btab"):
-        native.subsets.run([3], [-1], [None], z[:0], 10, 0, z, np.zeros(4, dtype=np.int32), z, z, z, z, z, z, z, 1, z,
-                           10, 10)
+        run([3], [-1], [None], z[:0], 10, 0, z, np.zeros(4, dtype=np.int32), z, z, z, z, z, z, z, 1, z, 10, 10)
     with pytest.raises(ValueError, match="byte classes"):
-        native.subsets.run([3], [-1], [None], z[:0], 10, 0, z, z, z, z, z, z, z, z, z, 0, z, 10, 10)
+        run([3], [-1], [None], z[:0], 10, 0, z, z, z, z, z, z, z, z, z, 0, z, 10, 10)
     with pytest.raises(TypeError, match="one length"):
-        native.subsets.run([3, 3], [-1], [None], z[:0], 10, 0, z, z, z, z, z, z, z, z, z, 1, z, 10, 10)
+        run([3, 3], [-1], [None], z[:0], 10, 0, z, z, z, z, z, z, z, z, z, 1, z, 10, 10)
 
 
 def test_the_switch_turns_it_off():
     env = {**os.environ, "BATCHMASK_NATIVE": "0"}
-    probe = "from batchmask.automaton import native; print(native.subsets is None)"
+    probe = "from batchmask.automaton import extension; print(extension.helpers is None)"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env,
                          cwd=Path(__file__).resolve().parents[1], timeout=120)
     assert out.stdout.split() == ["True"], out.stderr

@@ -1,7 +1,8 @@
-/* What the subset construction's files share (module.c says what the extension does; pools.c: growable arrays and
-   a map of int64 sequences; moves.c: closures and moves; construct.c: the merge, the targets, the search). */
-#ifndef BATCHMASK_SUBSETS_H
-#define BATCHMASK_SUBSETS_H
+/* What the automaton's C files share (module.c says what the extension does; pools.c: growable arrays and a map of
+   int64 sequences; moves.c: closures and moves; construct.c: the merge, the targets, the search; nfa.c: a Lit's
+   NFA states). */
+#ifndef BATCHMASK_AUTOMATON_NATIVE_H
+#define BATCHMASK_AUTOMATON_NATIVE_H
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -102,5 +103,7 @@ int exit_moves(S *s, int64_t j);                                /* memoised: ex_
 int set_moves(S *s, const int64_t *elems, int64_t n, int64_t *start, int64_t *count);
 /* construct.c */
 int construct(S *s, const int64_t *starts, int64_t nstarts, Vec *start_codes);
+/* nfa.c */
+PyObject *py_lit_states(PyObject *self, PyObject *args);
 
 #endif

@@ -1,6 +1,6 @@
 /* The search: the lockstep merge (with the NFA states it hash-conses), the target of a move, each explicit state's
    edges and delegated classes, each block's exits, breadth first from the starts (tree.py run_python). */
-#include "subsets.h"
+#include "native.h"
 
 /* --- hash-consed NFA states made by the lockstep merge (nfa.py _add) --------------------------------------------- */
 

@@ -1,5 +1,5 @@
-/* batchmask.automaton._subsets: automaton/tree.py's subset construction (`_Subsets.run_python`) in C (this file:
-   what it does and its one entry point; subsets.h: what the other files share).
+/* batchmask.automaton._native: automaton/tree.py's subset construction (`_Subsets.run_python`) in C (this file:
+   what it does and its entry point; native.h: what the other files share), and a Lit's NFA states (nfa.c).
 
    Why: the Python construction costs a dict lookup, a tuple and a frozenset per move: 17.4 s of search on 500
    random JSONSchemaBench schemas, 5 of the shared catalogue's 32 ms warm compile, seconds on the largest schemas.
@@ -22,7 +22,7 @@
    -1 - p for its interned number p. A target code is an explicit state's id, or -1 - k for the k-th lone block
    position (the order tree.py gives them). The GIL is held (the NFA's ALT options are read from its Python
    tuples); Ctrl-C is checked every few thousand states. */
-#include "subsets.h"
+#include "native.h"
 
 /* --- the inputs, read once ------------------------------------------------------------------------------------ */
 
@@ -154,17 +154,19 @@ static PyObject *py_run(PyObject *self, PyObject *args)
 }
 
 static PyMethodDef methods[] = {
+    {"lit_states", py_lit_states, METH_VARARGS, "lit_states(index, kind, arg, next, mask_of, text, k, limit) -> "
+     "a Lit's first NFA state, or None past the limit (nfa.c)"},
     {"run", py_run, METH_VARARGS, "run(kind, next, arg, loops, limit, end, barg_of, btab, vt_off, T, I, P, A, "
      "mask_ptr, mask_cls, C, starts, max_explicit, max_parallel) -> results or a verdict (see the module docstring)"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_subsets", "automaton/tree.py's subset construction in C (batchmask/automaton/native.py).",
+    PyModuleDef_HEAD_INIT, "_native", "automaton/tree.py's subset construction in C (batchmask/automaton/native.py).",
     -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__subsets(void)
+PyMODINIT_FUNC PyInit__native(void)
 {
     return PyModule_Create(&module);
 }
