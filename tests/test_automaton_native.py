@@ -199,3 +199,23 @@ def test_the_switch_turns_it_off():
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env,
                          cwd=Path(__file__).resolve().parents[1], timeout=120)
     assert out.stdout.split() == ["True"], out.stderr
+
+
+def test_nodes_the_c_build_hands_back_build_the_same(monkeypatch):
+    """build_node takes Lit, Seq, Alt and ByteSet and hands NFA._build the rest and the odd cases: a bytearray text
+    or mask, a byte whose mask is not made yet, an Alt whose options collapse to one; the same NFA either way."""
+    digits = ByteSet(bytes(1 if 48 <= b < 58 else 0 for b in range(256)))
+    node = Seq([Lit(bytearray(b"{")), ByteSet(bytearray(digits.mask)), Alt([Lit(b"ab"), Lit(b"ab"), digits]),
+                Alt([Seq([Lit(b"x"), digits]), Seq([Lit(b"x"), digits])]), Repeat(digits, 0, 3), Lit(b"\xff}")])
+    assert differences(*both(node, monkeypatch)) == []
+
+
+@pytest.mark.parametrize("node", [Seq([Lit(b"a"), Alt([])]), Seq([Lit("text"), Lit(b"b")]),
+                                  Seq([ByteSet(b"\x02" * 256)]), Seq([Lit(b"a"), 7])])
+def test_bad_nodes_are_refused_alike(node, monkeypatch):
+    with pytest.raises(GrammarBuildError) as got:
+        tree.build_node_automaton(node)
+    monkeypatch.setattr(extension, "helpers", None)
+    with pytest.raises(GrammarBuildError) as want:
+        tree.build_node_automaton(node)
+    assert str(got.value) == str(want.value)

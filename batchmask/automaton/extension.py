@@ -5,7 +5,9 @@ it optional) or where the environment sets BATCHMASK_NATIVE=0. Its callers then 
 give the same NFA and the same automaton (tests/test_automaton_native.py checks one against the other):
 
     run(...)            the subset construction (native.py hands it tree.py's `_Subsets` and reads its result)
-    lit_states(...)     a Lit's BYTE states, hash-consed into the NFA's own lists and index (nfa.py)
+    build_node(...)     NFA.build for Lit, Seq, Alt and ByteSet nodes (the others go back to NFA._build), in the
+                        NFA's own memo, index and lists (nfa.py); bind_nodes(...) names their classes once
+    lit_states(...)     a Lit's BYTE states, the same way (NFA._build's Lit case)
 """
 from __future__ import annotations
 
@@ -15,8 +17,11 @@ try:
     from . import _native as _built
 except ImportError:                      # not built here: the references run
     _built = None
-if _built is not None and not all(hasattr(_built, f) for f in ("run", "lit_states")):
+if _built is not None and not all(hasattr(_built, f) for f in ("run", "lit_states", "build_node", "bind_nodes")):
     _built = None                        # something else by that name (a stale build)
+if _built is not None:
+    from ..grammar.nodes import Alt, ByteSet, Lit, Seq
+    _built.bind_nodes(Lit, Seq, Alt, ByteSet)
 
 helpers = None if os.environ.get("BATCHMASK_NATIVE", "1") == "0" else _built
 

@@ -92,6 +92,8 @@ class NFA:
 
         Building is deterministic and hash-consed, so the same subtree object before the same `k` gives
         the same state again: it is looked up (the tree holds its nodes, so their ids stay theirs)."""
+        if extension.helpers is not None:                       # the same, in C (native_c/nfa.c)
+            return extension.helpers.build_node(self, node, k, where)
         key = (id(node), k)
         got = self._built.get(key)
         if got is None:
