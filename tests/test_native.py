@@ -108,6 +108,19 @@ def test_first_of_each_matches_a_scan():
 
 
 @needs_native
+@settings(max_examples=40, deadline=None)
+@given(R=st.integers(1, 300), C=st.integers(1, 500), density=st.floats(0, 0.3), seed=st.integers(0, 10_000))
+def test_by_row_orders_entries_as_argsort(R, C, density, seed):
+    """by_row against numpy: entries (row, col), each pair once, in a random order, ordered by row then col."""
+    rng = np.random.default_rng(seed)
+    keys = np.flatnonzero(rng.random(R * C) < density)
+    keys = keys[rng.permutation(len(keys))]
+    row, col = keys // C, keys % C
+    got = np.frombuffer(NATIVE.by_row(row, col, R), dtype=np.int64)
+    assert got.tolist() == np.argsort(row * C + col).tolist()
+
+
+@needs_native
 def test_bad_arrays_are_named():
     ok = np.zeros(3, dtype=np.int64)
     with pytest.raises(TypeError, match="col: expected a C-contiguous int64 array"):
@@ -123,6 +136,8 @@ def test_bad_arrays_are_named():
     free, one = np.zeros(8, dtype=bool), np.ones(1, dtype=np.int64)
     with pytest.raises(ValueError, match=r"order\[0\] = 3 names no row's columns"):
         NATIVE.first_fit(free, free, np.array([3]), np.zeros(1, dtype=np.int64), one, one, np.empty(1, np.int64), 8)
+    with pytest.raises(ValueError, match=r"rows in \[0, 2\)"):
+        NATIVE.by_row(np.array([0, 2]), np.array([1, 1]), 2)
     with pytest.raises(TypeError, match="used: expected a C-contiguous bool or uint8 array"):
         NATIVE.first_fit(free, np.zeros(8), np.array([0]), np.zeros(1, dtype=np.int64), one, one, one.copy(), 8)
 

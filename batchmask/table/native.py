@@ -14,8 +14,8 @@ try:
     from . import _native as _built
 except ImportError:                      # not built here: the reference runs
     _built = None
-if _built is not None and not all(hasattr(_built, f) for f in ("refine", "first_of_each", "first_fit", "walk",
-                                                                 "refine_walked")):
+if _built is not None and not all(hasattr(_built, f) for f in ("refine", "first_of_each", "first_fit", "by_row",
+                                                                 "walk", "refine_walked")):
     _built = None                        # something else by that name (a stale build): the reference runs
 
 helpers = None if os.environ.get("BATCHMASK_NATIVE", "1") == "0" else _built

@@ -191,3 +191,63 @@ release:
         PyBuffer_Release(&v[i]);
     return ret;
 }
+
+/* by_row(row, col, R) -> bytearray: the order of the entries (row, col) (int64 [P] each, each pair at most once, rows
+   in [0, R)) sorted by row, then col: np.argsort(row * C + col) by a counting sort over the rows and a sort of each
+   row's few columns (place_rows' one sort). */
+PyObject *py_by_row(PyObject *self, PyObject *args)
+{
+    PyObject *row_o, *col_o, *ret = NULL;
+    long long R;
+    if (!PyArg_ParseTuple(args, "OOL:by_row", &row_o, &col_o, &R))
+        return NULL;
+    Py_buffer v[2];
+    if (get_i64(row_o, &v[0], 0, "row") < 0)
+        return NULL;
+    if (get_i64(col_o, &v[1], 0, "col") < 0) {
+        PyBuffer_Release(&v[0]);
+        return NULL;
+    }
+    int64_t P = v[0].len / 8;
+    const int64_t *row = v[0].buf, *col = v[1].buf;
+    int bad = v[1].len / 8 != P || R < 0;
+    for (int64_t i = 0; i < P && !bad; i++)
+        bad = row[i] < 0 || row[i] >= R;
+    if (bad) {
+        PyErr_Format(PyExc_ValueError, "by_row: row and col must be of one length, rows in [0, %lld)", R);
+        goto release;
+    }
+    int64_t *at = calloc((size_t)R + 1, sizeof(int64_t));
+    Entry *e = malloc((size_t)(P ? P : 1) * sizeof(Entry));
+    ret = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(P * 8));
+    if (!at || !e || !ret) {
+        free(at);
+        free(e);
+        Py_XDECREF(ret);
+        ret = NULL;
+        PyErr_NoMemory();
+        goto release;
+    }
+    int64_t *out = (int64_t *)PyByteArray_AS_STRING(ret);
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t i = 0; i < P; i++)
+        at[row[i] + 1]++;
+    for (int64_t r = 0; r < R; r++)
+        at[r + 1] += at[r];
+    for (int64_t i = 0; i < P; i++)                     /* by row, stable */
+        e[at[row[i]]++] = (Entry){col[i], i};
+    for (int64_t r = R - 1; r > 0; r--)                 /* at[r] is the end of row r now: back to its start */
+        at[r] = at[r - 1];
+    at[0] = 0;
+    for (int64_t r = 0; r < R; r++)
+        sort_entries(e + at[r], at[r + 1] - at[r]);
+    for (int64_t i = 0; i < P; i++)
+        out[i] = e[i].val;
+    Py_END_ALLOW_THREADS
+    free(at);
+    free(e);
+release:
+    PyBuffer_Release(&v[0]);
+    PyBuffer_Release(&v[1]);
+    return ret;
+}
