@@ -6,7 +6,8 @@ compile then runs its numpy/torch and Python references (batchmask/table/native.
 say which is in use)."""
 from setuptools import Extension, setup
 
-SOURCES = [f"batchmask/table/native_c/{name}.c" for name in ("module", "grouping", "packing", "walk", "walked")]
+SOURCES = [f"batchmask/table/native_c/{name}.c" for name in ("module", "grouping", "packing", "walk", "walked",
+                                                               "signature")]
 SUBSETS = [f"batchmask/automaton/native_c/{name}.c" for name in ("module", "pools", "moves", "construct", "nfa")]
 
 setup(ext_modules=[Extension("batchmask.table._native", SOURCES, depends=["batchmask/table/native_c/native.h"],

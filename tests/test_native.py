@@ -108,16 +108,32 @@ def test_first_of_each_matches_a_scan():
 
 
 @needs_native
-@settings(max_examples=40, deadline=None)
-@given(R=st.integers(1, 300), C=st.integers(1, 500), density=st.floats(0, 0.3), seed=st.integers(0, 10_000))
-def test_by_row_orders_entries_as_argsort(R, C, density, seed):
-    """by_row against numpy: entries (row, col), each pair once, in a random order, ordered by row then col."""
-    rng = np.random.default_rng(seed)
-    keys = np.flatnonzero(rng.random(R * C) < density)
-    keys = keys[rng.permutation(len(keys))]
-    row, col = keys // C, keys % C
-    got = np.frombuffer(NATIVE.by_row(row, col, R), dtype=np.int64)
-    assert got.tolist() == np.argsort(row * C + col).tolist()
+def test_signatures_equal_the_numpy_simulation(monkeypatch):
+    """simulate (the signature's token runs in C) against the numpy simulation: every field of the Signature of the
+    JSON and seed string types, and of the run and word types a schema with patterns and formats makes, equal."""
+    from batchmask.automaton.tree import build_node_automaton
+    from batchmask.grammar.values import value_type
+    from batchmask.schema.build import schema_node
+    from batchmask.table import signature
+    from batchmask.table.tokensim import FlatVocab
+
+    tok = load_tokenizer(LLAMA2 / "tokenizer.model")
+    vocab = FlatVocab(list(tok.token_bytes), "cpu")
+    schema = {"type": "object", "properties": {
+        "id": {"type": "string", "pattern": "^[a-z][a-z0-9_-]{2,30}$"}, "when": {"type": "string", "format": "date"},
+        "mail": {"type": "string", "format": "email"}, "tags": {"type": "array", "items": {"type": "string"}}}}
+    vts = [value_type(k, u) for k in ("json", "seed") for u in (True, False)]
+    vts += build_node_automaton(schema_node(schema)).value_types()
+    assert len({vt.name for vt in vts}) >= 6
+    fields = ("packed", "ev_tok", "ev_pos", "ev_byte", "ev_key", "sig_id", "reach", "stop_q", "stop_t", "stop_ev")
+    for vt in vts:
+        got = signature.compute_signature(vt, vocab)
+        with monkeypatch.context() as m:
+            m.setattr(signature, "helpers", None)
+            want = signature.compute_signature(vt, vocab)
+        for f in fields:
+            assert torch.equal(getattr(got, f), getattr(want, f)), (vt.name, f)
+        assert got.L == want.L
 
 
 @needs_native
@@ -136,8 +152,9 @@ def test_bad_arrays_are_named():
     free, one = np.zeros(8, dtype=bool), np.ones(1, dtype=np.int64)
     with pytest.raises(ValueError, match=r"order\[0\] = 3 names no row's columns"):
         NATIVE.first_fit(free, free, np.array([3]), np.zeros(1, dtype=np.int64), one, one, np.empty(1, np.int64), 8)
-    with pytest.raises(ValueError, match=r"rows in \[0, 2\)"):
-        NATIVE.by_row(np.array([0, 2]), np.array([1, 1]), 2)
+    with pytest.raises(ValueError, match="every token inside flat"):
+        NATIVE.simulate(np.full(256, -1), np.zeros(256, dtype=np.int64), np.ones(1, dtype=bool),
+                        np.zeros(4, dtype=np.uint8), np.array([0, 3]), np.array([2, 2]))
     with pytest.raises(TypeError, match="used: expected a C-contiguous bool or uint8 array"):
         NATIVE.first_fit(free, np.zeros(8), np.array([0]), np.zeros(1, dtype=np.int64), one, one, one.copy(), 8)
 

@@ -7,6 +7,7 @@ In: a node tree (batchmask.grammar). Out: an `Automaton` (form.py): explicit DFA
     nfa.py      any node tree -> a hash-consed NFA (GrammarBuildError lives here)
     tree.py     that NFA -> subset construction over elements -> the common form (`build_node_automaton`)
     native.py   the same subset construction in C (native_c/, an optional extension), when it is built
+    extension.py  that extension's loader (`helpers`: the module, or None); nfa.py's common nodes use it too
     layout.py   either construction's result (`Found`) -> the common form: cells numbered, targets resolved
     form.py     the common form, `byte_classes`, `byte_table` (what the token simulation reads)
 

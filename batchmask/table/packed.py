@@ -195,11 +195,7 @@ def place_rows(row: np.ndarray, col: np.ndarray, num_rows: int, num_classes: int
     most once) land on one slot base[row] + col; bases >= 0. See the module docstring for how."""
     R, C = num_rows, num_classes
     n = np.bincount(row, minlength=R)                                                  # [R] entries per row
-    if helpers is not None:                               # by row, then col: a counting sort over the rows in C
-        order = np.frombuffer(helpers.by_row(np.ascontiguousarray(row, dtype=np.int64),
-                                             np.ascontiguousarray(col, dtype=np.int64), R), dtype=np.int64)
-    else:
-        order = np.argsort(row * max(C, 1) + col)         # keys distinct (each (row, col) once): one sort, not two
+    order = np.argsort(row * max(C, 1) + col)             # keys distinct (each (row, col) once): one sort, not two
     col = col[order]                                                                   # grouped by row, ascending
     start = np.cumsum(n) - n                                                           # [R]
     space = _Space(int(1.25 * len(row)) + 2 * C)

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from .classes import classes_of
+from .native import helpers
 
 if TYPE_CHECKING:
     from ..grammar.values import ValueType
@@ -100,10 +101,24 @@ def _skips(vt: ValueType, flat: np.ndarray):
 
 
 def compute_signature(vt: ValueType, vocab: FlatVocab) -> Signature:
-    """Simulated on the host in numpy (small ops on shrinking arrays: numpy's per-op cost is a
-    fraction of torch's), once per tokenizer and value type."""
-    dev = vocab.flat.device
+    """Simulated on the host, once per tokenizer and value type: in C where the compiled helpers are built (a byte
+    at a time), else in numpy (small ops on shrinking arrays: numpy's per-op cost is a fraction of torch's)."""
     V, Q = len(vocab), vt.num_substates
+    if helpers is not None:                  # the same records, a byte at a time in C (native_c/signature.c)
+        got = helpers.simulate(np.ascontiguousarray(vt.table, dtype=np.int64).reshape(-1),
+                               np.ascontiguousarray(vt.inc, dtype=np.int64).reshape(-1),
+                               np.ascontiguousarray(vt.accept, dtype=bool), vocab.flat_u8,
+                               np.ascontiguousarray(vocab.offset_np, dtype=np.int64),
+                               np.ascontiguousarray(vocab.lengths_np, dtype=np.int64))
+        return _signature(vocab, V, Q, *(np.frombuffer(x, dtype=np.int64) for x in got))
+    return _signature(vocab, V, Q, *_simulate(vt, vocab))
+
+
+def _simulate(vt: ValueType, vocab: FlatVocab):
+    """(pid, code, units, q_end, pos) int64 [n] each: the pairs (sub-state q, token t), pid q * V + t, that stay
+    inside the value (STAYS, pos -1) or stop at a byte where it may end (STOPS, that byte's position in the token);
+    pairs that die are not listed. All pairs at once, a byte (or a run of loop bytes) a step."""
+    V = len(vocab)
     flat = vocab.flat_np
     offset, lengths = vocab.offset_np, vocab.lengths_np
     table, inc, accept = vt.table.reshape(-1), vt.inc.reshape(-1), vt.accept
@@ -150,8 +165,12 @@ def compute_signature(vt: ValueType, vocab: FlatVocab) -> Signature:
         if ended.any():
             finish(ended, STAYS, np.full(int(ended.sum()), -1))
             st = st[:, ~ended]
-    # The sparse outcomes: a cell no pair reached died.
-    pid, code, units_f, q_f, pos_f = np.concatenate(done, 1) if done else np.zeros((5, 0), dtype=np.int64)
+    return np.concatenate(done, 1) if done else np.zeros((5, 0), dtype=np.int64)
+
+
+def _signature(vocab: FlatVocab, V: int, Q: int, pid, code, units_f, q_f, pos_f) -> Signature:
+    """The Signature of the simulated pairs (_simulate); a cell no pair reached died."""
+    dev = vocab.flat.device
     # the distinct (token, stop position) events
     stop = code == STOPS
     uniq, ev_index = np.unique(pid[stop] % V * (vocab.max_len + 1) + pos_f[stop], return_inverse=True)

@@ -28,9 +28,9 @@
          the lowest base whose slots are free and that no row holds, among the first `tries` candidates (its first
          column on each free slot from the lowest up), else the lowest from its span below the top slot taken;
          a row without columns takes the lowest free base. base int64 [R] is written at the rows of `order`.
-     by_row(row, col, R) -> bytearray
-         int64 [P] the order of the entries (row, col) (each pair at most once, rows in [0, R)) by row, then col:
-         np.argsort(row * C + col), by a counting sort over the rows and a sort of each row's columns.
+     simulate(table, inc, accept, flat, offset, lengths) -> (pid, code, units, q_end, pos), int64 bytearrays
+         every token through a value type's loop automaton from every sub-state (signature.py compute_signature):
+         the pairs that stay inside the value or stop where it may end, in pid (q * V + t) order (signature.c).
      walk(byte, child_at, child_n, end_at, end_n, end_tok, level_start, delta, K, byte_class, first, src, edge_byte,
           after, limit) -> (src, tok, nxt as int64 bytearrays, work) or None (refused: past `limit` live prefixes)
          trie.py _walk_distinct's level-by-level walk of the trie (VocabTrie.flat) from each edge's first byte,
@@ -46,7 +46,8 @@
 
 static PyMethodDef methods[] = {
     {"refine", py_refine, METH_VARARGS, "refine(base, item, col, val, out) -> classes (see the module docstring)"},
-    {"by_row", py_by_row, METH_VARARGS, "by_row(row, col, R) -> bytearray: entries ordered by row, then col"},
+    {"simulate", py_simulate, METH_VARARGS, "simulate(table, inc, accept, flat, offset, lengths) -> (pid, code, "
+     "units, q_end, pos): a value type's signature pairs (signature.c)"},
     {"first_fit", py_first_fit, METH_VARARGS, "first_fit(occupied, used, order, start, n, col, base, tries)"},
     {"walk", py_walk, METH_VARARGS, "walk(trie arrays..., delta, K, byte_class, first, src, byte, after, limit)"},
     {"refine_walked", py_refine_walked, METH_VARARGS, "refine_walked(base, pair, tok, nxt, edge_src, edge_at, edge_n, "

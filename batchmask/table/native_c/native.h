@@ -47,7 +47,7 @@ uint64_t row_hash(int64_t base, const Entry *e, int64_t n);   /* of a sorted row
 PyObject *py_refine(PyObject *self, PyObject *args);
 PyObject *py_first_of_each(PyObject *self, PyObject *args);
 PyObject *py_first_fit(PyObject *self, PyObject *args);
-PyObject *py_by_row(PyObject *self, PyObject *args);
+PyObject *py_simulate(PyObject *self, PyObject *args);
 PyObject *py_walk(PyObject *self, PyObject *args);
 PyObject *py_refine_walked(PyObject *self, PyObject *args);
 

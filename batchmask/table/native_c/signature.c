@@ -1,0 +1,111 @@
+/* simulate(table, inc, accept, flat, offset, lengths) -> (pid, code, units, q_end, pos) as int64 bytearrays: every
+   token run through a value type's loop automaton from every sub-state (table/signature.py compute_signature's
+   simulation, once per tokenizer and value type, a byte at a time here where numpy steps all pairs at once).
+
+   table, inc: int64 [Q * 256] the sub-state and units after each byte (-1: refused); accept: bool [Q]; flat: uint8
+   [N + 1] the vocabulary's bytes; offset, lengths: int64 [V]. A pair (q, t) (pid q * V + t) whose bytes all stay
+   inside the value gives (STAYS, units, end sub-state, -1); one that meets a byte its sub-state refuses where the
+   value may end gives (STOPS, units so far, that sub-state, the byte's position in the token); one that dies gives
+   nothing, nor does a token without bytes. Records come in pid order. */
+#include "native.h"
+
+enum { STAYS = 1, STOPS = 2 };
+
+typedef struct { int64_t *a; int64_t n, cap; } Out;
+
+static int put(Out *o, int64_t x)
+{
+    if (o->n == o->cap) {
+        int64_t cap = o->cap ? 2 * o->cap : 1 << 16;
+        int64_t *a = realloc(o->a, (size_t)cap * 8);
+        if (!a)
+            return -1;
+        o->a = a;
+        o->cap = cap;
+    }
+    o->a[o->n++] = x;
+    return 0;
+}
+
+PyObject *py_simulate(PyObject *self, PyObject *args)
+{
+    PyObject *tab_o, *inc_o, *acc_o, *flat_o, *off_o, *len_o, *ret = NULL;
+    if (!PyArg_ParseTuple(args, "OOOOOO:simulate", &tab_o, &inc_o, &acc_o, &flat_o, &off_o, &len_o))
+        return NULL;
+    Py_buffer v[6];
+    int got = 0;
+    Out out[5] = {{0}};
+    if (get_i64(tab_o, &v[0], 0, "table") < 0)
+        goto release;
+    got = 1;
+    if (get_i64(inc_o, &v[1], 0, "inc") < 0)
+        goto release;
+    got = 2;
+    if (get_bool(acc_o, &v[2], "accept") < 0)
+        goto release;
+    got = 3;
+    if (get_bool(flat_o, &v[3], "flat") < 0)
+        goto release;
+    got = 4;
+    if (get_i64(off_o, &v[4], 0, "offset") < 0)
+        goto release;
+    got = 5;
+    if (get_i64(len_o, &v[5], 0, "lengths") < 0)
+        goto release;
+    got = 6;
+    int64_t Q = v[2].len, V = v[4].len / 8, N1 = v[3].len;
+    const int64_t *table = v[0].buf, *inc = v[1].buf, *offset = v[4].buf, *lengths = v[5].buf;
+    const unsigned char *accept = v[2].buf, *flat = v[3].buf;
+    int bad = v[0].len / 8 != Q * 256 || v[1].len / 8 != Q * 256 || v[5].len / 8 != V;
+    for (int64_t t = 0; t < V && !bad; t++)
+        bad = lengths[t] < 0 || offset[t] < 0 || offset[t] + lengths[t] > N1;
+    for (int64_t i = 0; i < Q * 256 && !bad; i++)
+        bad = table[i] >= Q;
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "simulate: table and inc must be [Q * 256] for accept's Q sub-states, "
+                        "lengths [V] like offset, every token inside flat and every sub-state below Q");
+        goto release;
+    }
+    int failed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t q = 0; q < Q && !failed; q++)
+        for (int64_t t = 0; t < V && !failed; t++) {
+            int64_t n = lengths[t];
+            if (!n)
+                continue;
+            const unsigned char *p = flat + offset[t];
+            int64_t cur = q, k = 0, i = 0, code = STAYS;
+            for (; i < n; i++) {
+                int64_t cell = cur * 256 + p[i], nq = table[cell];
+                if (nq < 0) {
+                    code = accept[cur] ? STOPS : 0;
+                    break;
+                }
+                cur = nq;
+                k += inc[cell];
+            }
+            if (code)
+                failed = put(&out[0], q * V + t) || put(&out[1], code) || put(&out[2], k) || put(&out[3], cur) ||
+                         put(&out[4], code == STOPS ? i : -1);
+        }
+    Py_END_ALLOW_THREADS
+    if (failed) {
+        PyErr_NoMemory();
+        goto release;
+    }
+    ret = PyTuple_New(5);
+    for (int j = 0; ret && j < 5; j++) {
+        PyObject *b = PyByteArray_FromStringAndSize((const char *)out[j].a, (Py_ssize_t)(out[j].n * 8));
+        if (!b) {
+            Py_CLEAR(ret);
+            break;
+        }
+        PyTuple_SET_ITEM(ret, j, b);
+    }
+release:
+    for (int j = 0; j < 5; j++)
+        free(out[j].a);
+    for (int j = 0; j < got; j++)
+        PyBuffer_Release(&v[j]);
+    return ret;
+}
