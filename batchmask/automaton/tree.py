@@ -10,6 +10,9 @@ something else (an enum beside a free string); two values in parallel are explic
 as they last, up to `MAX_PARALLEL` such states (then the build is refused with an error).
 Bytes are handled in classes (bytes no NFA state and no value type tells apart), so a digit set
 costs a few steps, not 256.
+
+The search runs in C where the automaton's helpers are built (automaton/native.py); `_Subsets.run_python` is the
+reference it is checked against and the path without them. Either hands a `layout.Found` to `layout.layout`.
 """
 from __future__ import annotations
 
