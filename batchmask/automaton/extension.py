@@ -7,7 +7,6 @@ give the same NFA and the same automaton (tests/test_automaton_native.py checks 
     run(...)            the subset construction (native.py hands it tree.py's `_Subsets` and reads its result)
     build_node(...)     NFA.build for Lit, Seq, Alt and ByteSet nodes (the others go back to NFA._build), in the
                         NFA's own memo, index and lists (nfa.py); bind_nodes(...) names their classes once
-    lit_states(...)     a Lit's BYTE states, the same way (NFA._build's Lit case)
 """
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ try:
     from . import _native as _built
 except ImportError:                      # not built here: the references run
     _built = None
-if _built is not None and not all(hasattr(_built, f) for f in ("run", "lit_states", "build_node", "bind_nodes")):
+if _built is not None and not all(hasattr(_built, f) for f in ("run", "build_node", "bind_nodes")):
     _built = None                        # something else by that name (a stale build)
 if _built is not None:
     from ..grammar.nodes import Alt, ByteSet, Lit, Seq

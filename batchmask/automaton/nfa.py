@@ -104,17 +104,8 @@ class NFA:
         if isinstance(node, Lit):
             if not isinstance(node.text, (bytes, bytearray)):
                 raise GrammarBuildError(f"{_text(where)}: Lit.text must be bytes, got {type(node.text).__name__}")
-            ids, text = self._byte_mask, bytes(node.text)     # the mask id of each single byte, once it is made
-            if extension.helpers is not None:
-                for b in dict.fromkeys(reversed(text)):        # masks made in the order the loop below makes them
-                    if ids[b] < 0:
-                        ids[b] = self._mask(_ONE_BYTE[b])
-                got = extension.helpers.lit_states(self._index, self.kind, self.arg, self.next, ids, text, k,
-                                                   self.limit)
-                if got is None:
-                    raise self.too_large()
-                return got
-            for b in reversed(text):
+            ids = self._byte_mask                    # the mask id of each single byte, once it is made
+            for b in reversed(bytes(node.text)):
                 m = ids[b]
                 if m < 0:
                     m = ids[b] = self._mask(_ONE_BYTE[b])

@@ -156,8 +156,6 @@ static PyObject *py_run(PyObject *self, PyObject *args)
 static PyMethodDef methods[] = {
     {"bind_nodes", py_bind_nodes, METH_VARARGS, "bind_nodes(Lit, Seq, Alt, ByteSet): the node classes build_node takes on"},
     {"build_node", py_build_node, METH_VARARGS, "build_node(nfa, node, k, where) -> NFA.build(node, k, where) (nfa.c)"},
-    {"lit_states", py_lit_states, METH_VARARGS, "lit_states(index, kind, arg, next, mask_of, text, k, limit) -> "
-     "a Lit's first NFA state, or None past the limit (nfa.c)"},
     {"run", py_run, METH_VARARGS, "run(kind, next, arg, loops, limit, end, barg_of, btab, vt_off, T, I, P, A, "
      "mask_ptr, mask_cls, C, starts, max_explicit, max_parallel) -> results or a verdict (see the module docstring)"},
     {NULL, NULL, 0, NULL},

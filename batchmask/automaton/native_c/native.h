@@ -104,7 +104,6 @@ int set_moves(S *s, const int64_t *elems, int64_t n, int64_t *start, int64_t *co
 /* construct.c */
 int construct(S *s, const int64_t *starts, int64_t nstarts, Vec *start_codes);
 /* nfa.c */
-PyObject *py_lit_states(PyObject *self, PyObject *args);
 PyObject *py_bind_nodes(PyObject *self, PyObject *args);
 PyObject *py_build_node(PyObject *self, PyObject *args);
 

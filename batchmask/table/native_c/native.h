@@ -38,6 +38,24 @@ static inline int get_bool(PyObject *obj, Py_buffer *view, const char *name)
     return 0;
 }
 
+/* --- a growable int64 array (walk.c, signature.c) --------------------------------------------------------------- */
+
+typedef struct { int64_t *p; int64_t n, cap; } Vec;
+
+static inline int push(Vec *v, int64_t x)            /* -1: out of memory (no error set: the caller sets it) */
+{
+    if (v->n == v->cap) {
+        int64_t cap = v->cap ? 2 * v->cap : 1024;
+        int64_t *p = realloc(v->p, (size_t)cap * sizeof(int64_t));
+        if (!p)
+            return -1;
+        v->p = p;
+        v->cap = cap;
+    }
+    v->p[v->n++] = x;
+    return 0;
+}
+
 /* --- sparse rows: entries {col: val} as the grouping helpers sort, hash and compare them (grouping.c) ---------- */
 
 typedef struct { int64_t col, val; } Entry;

@@ -11,22 +11,6 @@
 
 enum { STAYS = 1, STOPS = 2 };
 
-typedef struct { int64_t *a; int64_t n, cap; } Out;
-
-static int put(Out *o, int64_t x)
-{
-    if (o->n == o->cap) {
-        int64_t cap = o->cap ? 2 * o->cap : 1 << 16;
-        int64_t *a = realloc(o->a, (size_t)cap * 8);
-        if (!a)
-            return -1;
-        o->a = a;
-        o->cap = cap;
-    }
-    o->a[o->n++] = x;
-    return 0;
-}
-
 PyObject *py_simulate(PyObject *self, PyObject *args)
 {
     PyObject *tab_o, *inc_o, *acc_o, *flat_o, *off_o, *len_o, *ret = NULL;
@@ -34,7 +18,7 @@ PyObject *py_simulate(PyObject *self, PyObject *args)
         return NULL;
     Py_buffer v[6];
     int got = 0;
-    Out out[5] = {{0}};
+    Vec out[5] = {{0}};
     if (get_i64(tab_o, &v[0], 0, "table") < 0)
         goto release;
     got = 1;
@@ -85,8 +69,8 @@ PyObject *py_simulate(PyObject *self, PyObject *args)
                 k += inc[cell];
             }
             if (code)
-                failed = put(&out[0], q * V + t) || put(&out[1], code) || put(&out[2], k) || put(&out[3], cur) ||
-                         put(&out[4], code == STOPS ? i : -1);
+                failed = push(&out[0], q * V + t) || push(&out[1], code) || push(&out[2], k) ||
+                         push(&out[3], cur) || push(&out[4], code == STOPS ? i : -1);
         }
     Py_END_ALLOW_THREADS
     if (failed) {
@@ -95,7 +79,7 @@ PyObject *py_simulate(PyObject *self, PyObject *args)
     }
     ret = PyTuple_New(5);
     for (int j = 0; ret && j < 5; j++) {
-        PyObject *b = PyByteArray_FromStringAndSize((const char *)out[j].a, (Py_ssize_t)(out[j].n * 8));
+        PyObject *b = PyByteArray_FromStringAndSize(out[j].p ? (const char *)out[j].p : "", (Py_ssize_t)(out[j].n * 8));
         if (!b) {
             Py_CLEAR(ret);
             break;
@@ -104,7 +88,7 @@ PyObject *py_simulate(PyObject *self, PyObject *args)
     }
 release:
     for (int j = 0; j < 5; j++)
-        free(out[j].a);
+        free(out[j].p);
     for (int j = 0; j < got; j++)
         PyBuffer_Release(&v[j]);
     return ret;

@@ -3,22 +3,6 @@
 
 /* --- walk: the explicit states' tokens over the vocabulary trie (table/trie.py) ------------------------------ */
 
-typedef struct { int64_t *p; int64_t n, cap; } Vec;
-
-static int push(Vec *v, int64_t x)
-{
-    if (v->n == v->cap) {
-        int64_t cap = v->cap ? 2 * v->cap : 1024;
-        int64_t *p = realloc(v->p, (size_t)cap * sizeof(int64_t));
-        if (!p)
-            return -1;
-        v->p = p;
-        v->cap = cap;
-    }
-    v->p[v->n++] = x;
-    return 0;
-}
-
 typedef struct {
     const int64_t *byte, *child_at, *child_n, *end_at, *end_n, *end_tok;   /* the trie, levels one after another */
     const int64_t *level_start;                                           /* [L + 1] */
