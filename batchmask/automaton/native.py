@@ -31,19 +31,20 @@ def run(sub, max_explicit: int, max_parallel: int):
     args: dict = {}
     for j in sub.block_states.tolist():
         barg_of[j] = args.setdefault(nfa.arg[j], len(args))
-    names = list(sub.vts)
+    names = {v: i for i, v in enumerate(sub.vts)}
     rows = []
     for vname, lo, hi in args:
         cap = UNBOUNDED if hi is None else hi
         sat = sub.vts[vname].saturation_row(lo) if cap == UNBOUNDED else -1
-        rows.append((names.index(vname), lo, cap, sat))
+        rows.append((names[vname], lo, cap, sat))
     btab = np.array(rows, dtype=i64).reshape(-1, 4)
     rep = sub.rep
     vts = [sub.vts[v] for v in names]
-    table = np.concatenate([vt.table[:, rep] for vt in vts]) if vts else np.zeros((0, sub.num_classes), i64)
-    inc = np.concatenate([vt.inc[:, rep] for vt in vts]) if vts else table
-    pending = np.concatenate([vt.pending if vt.max_pending else np.zeros_like(vt.pending) for vt in vts] + [[]])
-    accept = np.concatenate([vt.accept for vt in vts] + [[]])
+    rows2, rows1 = [np.zeros((0, sub.num_classes), dtype=i64)], [np.zeros(0, dtype=i64)]    # no value types
+    table = np.concatenate([vt.table[:, rep] for vt in vts] or rows2)
+    inc = np.concatenate([vt.inc[:, rep] for vt in vts] or rows2)
+    pending = np.concatenate([vt.pending * bool(vt.max_pending) for vt in vts] or rows1)   # 0 where never owed
+    accept = np.concatenate([vt.accept for vt in vts] or rows1)
     vt_off = np.cumsum([0] + [vt.num_substates for vt in vts])
     got = extension.helpers.run(nfa.kind, nfa.next, nfa.arg, np.array(nfa.loops, dtype=i64), nfa.limit, nfa.end,
                                 barg_of, btab, vt_off.astype(i64), np.ascontiguousarray(table, dtype=i64),

@@ -10,7 +10,7 @@
    Lit byte or a ByteSet without its mask yet) goes to NFA._build, whose children come back here through NFA.build. */
 
 static PyObject *LitT, *SeqT, *AltT, *ByteSetT;     /* grammar/nodes.py's classes (bind_nodes) */
-static PyObject *s_mask, *s_text, *s_items, *s_options, *s_build, *s_too_large, *s_dot_items, *s_dot_options, *alt_kind,
+static PyObject *s_mask, *s_text, *s_items, *s_options, *s_build, *s_too_large, *s_dot_items, *s_dot_options, *byte_kind, *alt_kind,
     *minus_one;
 
 typedef struct {
@@ -41,10 +41,11 @@ PyObject *py_bind_nodes(PyObject *self, PyObject *args)
         s_too_large = PyUnicode_InternFromString("too_large");
         s_dot_items = PyUnicode_InternFromString(".items");
         s_dot_options = PyUnicode_InternFromString(".options");
+        byte_kind = PyLong_FromLong(BYTE);
         alt_kind = PyLong_FromLong(ALT);
         minus_one = PyLong_FromLong(-1);
         if (!s_mask || !s_text || !s_items || !s_options || !s_build || !s_too_large || !s_dot_items || !s_dot_options ||
-            !alt_kind || !minus_one)
+            !byte_kind || !alt_kind || !minus_one)
             return NULL;
     }
     Py_RETURN_NONE;
@@ -118,14 +119,12 @@ static PyObject *build_lit(Ctx *c, PyObject *node, PyObject *k)
             Py_DECREF(text);
             return PyErr_Occurred() ? NULL : Py_None;
         }
-    PyObject *byte_kind = PyLong_FromLong(BYTE);
     Py_INCREF(k);
     for (Py_ssize_t i = n - 1; i >= 0 && k; i--) {
         PyObject *got = add_state(c, byte_kind, PyList_GET_ITEM(c->mask_of, t[i]), k);
         Py_DECREF(k);
         k = got;
     }
-    Py_DECREF(byte_kind);
     Py_DECREF(text);
     return k;
 }
@@ -138,9 +137,7 @@ static PyObject *build_byteset(Ctx *c, PyObject *node, PyObject *k)
         return NULL;
     PyObject *m = PyBytes_CheckExact(mask) ? PyDict_GetItemWithError(c->mask_id, mask) : NULL, *out = Py_None;
     if (m) {
-        PyObject *byte_kind = PyLong_FromLong(BYTE);
-        out = byte_kind ? add_state(c, byte_kind, m, k) : NULL;
-        Py_XDECREF(byte_kind);
+        out = add_state(c, byte_kind, m, k);
     } else if (PyErr_Occurred()) {
         out = NULL;
     }

@@ -19,24 +19,12 @@ PyObject *py_simulate(PyObject *self, PyObject *args)
     Py_buffer v[6];
     int got = 0;
     Vec out[5] = {{0}};
-    if (get_i64(tab_o, &v[0], 0, "table") < 0)
-        goto release;
-    got = 1;
-    if (get_i64(inc_o, &v[1], 0, "inc") < 0)
-        goto release;
-    got = 2;
-    if (get_bool(acc_o, &v[2], "accept") < 0)
-        goto release;
-    got = 3;
-    if (get_bool(flat_o, &v[3], "flat") < 0)
-        goto release;
-    got = 4;
-    if (get_i64(off_o, &v[4], 0, "offset") < 0)
-        goto release;
-    got = 5;
-    if (get_i64(len_o, &v[5], 0, "lengths") < 0)
-        goto release;
-    got = 6;
+    PyObject *objs[6] = {tab_o, inc_o, acc_o, flat_o, off_o, len_o};
+    const char *names[6] = {"table", "inc", "accept", "flat", "offset", "lengths"};
+    for (; got < 6; got++)                              /* accept and flat are bytes, the others int64 */
+        if ((got == 2 || got == 3 ? get_bool(objs[got], &v[got], names[got])
+                                  : get_i64(objs[got], &v[got], 0, names[got])) < 0)
+            goto release;
     int64_t Q = v[2].len, V = v[4].len / 8, N1 = v[3].len;
     const int64_t *table = v[0].buf, *inc = v[1].buf, *offset = v[4].buf, *lengths = v[5].buf;
     const unsigned char *accept = v[2].buf, *flat = v[3].buf;
